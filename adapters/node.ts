@@ -1,0 +1,289 @@
+/**
+ * Node.js `http` adapter: wrap a plain `(req, res)` handler. The Express and Koa
+ * adapters build on the helpers exported here (body reading, response capture, writing).
+ * @module
+ * @example
+ * import http from 'node:http';
+ * import { createStore } from 'idempotency-kit';
+ * import { withIdempotency } from 'idempotency-kit/node';
+ *
+ * const store = createStore('sqlite://./idempotency.sqlite');
+ * http.createServer(withIdempotency(async (req, res) => {
+ *   res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ ok: true }));
+ * }, { store })).listen(3000);
+ */
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
+import { BodyTooLargeError } from '../src/errors.js';
+import { Idempotency, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
+import type { HttpResponse } from '../src/problem.js';
+
+export type NodeHandler<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> = (
+  req: Req,
+  res: Res,
+) => unknown;
+
+export interface NodeIdempotencyOptions<Req extends IncomingMessage = IncomingMessage> extends IdempotencyOptions<Req> {
+  /**
+   * Called when the wrapped handler throws or rejects (after the key was released, H10).
+   * @default answers 500 if nothing was sent yet, else destroys the response
+   */
+  onError?: (error: unknown, req: Req, res: ServerResponse) => void;
+}
+
+/** Read the whole body, up to `limit` bytes; beyond it, BodyTooLargeError (413). */
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > limit) {
+      // Leave the rest unread: the 413 response closes the exchange.
+      reject(new BodyTooLargeError(limit));
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const cleanup = () => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('aborted', onAborted);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        cleanup();
+        req.pause();
+        reject(new BodyTooLargeError(limit));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    const onError = (error: Error) => {
+      cleanup();
+      reject(error);
+    };
+    const onAborted = () => onError(new Error('request aborted while reading the body'));
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('aborted', onAborted);
+  });
+}
+
+/**
+ * Make an already consumed request readable again with the same bytes, so the handler
+ * (or a body parser after us) reads the body as usual: `for await`, `on('data')`, `pipe`.
+ */
+export function restoreBody(req: IncomingMessage, body: Buffer): void {
+  // IncomingMessage is a Readable; re-running the Readable constructor gives it a fresh
+  // readable state (listeners are kept), and an own _read stops it reading the socket.
+  (Readable as unknown as { call(self: unknown, options: unknown): void }).call(req, {
+    highWaterMark: req.readableHighWaterMark,
+  });
+  (req as unknown as { _read: () => void })._read = () => {};
+  if (body.length > 0) req.push(body);
+  req.push(null);
+}
+
+/** Parse a read body the way users expect on `req.body`: JSON, form, text or bytes. */
+export function parseBody(body: Buffer, contentType: string | undefined): unknown {
+  if (body.length === 0) return undefined;
+  const type = contentType?.split(';', 1)[0]!.trim().toLowerCase() ?? '';
+  if (type === 'application/json' || type.endsWith('+json')) {
+    try {
+      return JSON.parse(body.toString('utf8'));
+    } catch {
+      return body; // not valid JSON: the handler decides what to answer
+    }
+  }
+  if (type === 'application/x-www-form-urlencoded') return Object.fromEntries(new URLSearchParams(body.toString('utf8')));
+  if (type.startsWith('text/')) return body.toString('utf8');
+  return body;
+}
+
+/** Write a complete response (a replay or a problem). */
+export function sendResponse(res: ServerResponse, response: HttpResponse): void {
+  res.statusCode = response.status;
+  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
+  res.setHeader('content-length', response.body.byteLength);
+  res.end(response.body);
+}
+
+function headersFromArgs(args: unknown[]): OutgoingHttpHeaders | undefined {
+  const last = args.find((a) => typeof a === 'object' && a !== null);
+  if (last === undefined) return undefined;
+  if (!Array.isArray(last)) return last as OutgoingHttpHeaders;
+  const out: OutgoingHttpHeaders = {};
+  // writeHead also takes [name, value] pairs or a flat [name, value, name, value] list.
+  if (Array.isArray(last[0])) for (const [k, v] of last as [string, string][]) out[k.toLowerCase()] = v;
+  else for (let i = 0; i + 1 < last.length; i += 2) out[String(last[i]).toLowerCase()] = last[i + 1] as string;
+  return out;
+}
+
+function toBytes(chunk: unknown, encoding: unknown): Buffer | undefined {
+  if (chunk === undefined || chunk === null || typeof chunk === 'function') return undefined;
+  if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
+  if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  return undefined;
+}
+
+/**
+ * Capture what the handler writes, however it writes it (writeHead, setHeader, write,
+ * end, pipe), and hold back the final `end` until the response is stored, so that a
+ * client which has seen the response always gets the replay on retry.
+ */
+export interface ResponseCapture {
+  /** Resolves once the response is stored (or released) and the final end went out. */
+  done: Promise<void>;
+  /** Whether the handler has called `end`: from then on the outcome is the response. */
+  readonly ended: boolean;
+  /** Stop capturing (the handler failed before ending): the response methods are restored. */
+  detach(): void;
+}
+
+export function captureResponse(res: ServerResponse, claim: HttpClaim): ResponseCapture {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let overflow = false;
+  let headHeaders: OutgoingHttpHeaders = {};
+  let finished = false;
+  let resolveDone!: () => void;
+  const done = new Promise<void>((resolve) => (resolveDone = resolve));
+
+  const keep = (chunk: unknown, encoding: unknown) => {
+    if (overflow) return;
+    const bytes = toBytes(chunk, encoding);
+    if (!bytes) return;
+    size += bytes.length;
+    if (size > claim.maxResponseBytes) {
+      overflow = true;
+      chunks.length = 0;
+      return;
+    }
+    chunks.push(Buffer.from(bytes)); // copy: the caller may reuse its buffer
+  };
+
+  const originalWriteHead = res.writeHead;
+  const originalWrite = res.write;
+  const originalEnd = res.end;
+  const detach = () => {
+    res.writeHead = originalWriteHead;
+    res.write = originalWrite;
+    res.end = originalEnd;
+  };
+
+  res.writeHead = function writeHead(this: ServerResponse, ...args: unknown[]) {
+    const headers = headersFromArgs(args.slice(1));
+    if (headers) {
+      headHeaders = { ...headHeaders };
+      for (const [k, v] of Object.entries(headers)) headHeaders[k.toLowerCase()] = v;
+    }
+    return (originalWriteHead as (...a: unknown[]) => ServerResponse).apply(this, args);
+  } as ServerResponse['writeHead'];
+
+  res.write = function write(this: ServerResponse, chunk: unknown, ...rest: unknown[]) {
+    keep(chunk, rest[0]);
+    return (originalWrite as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
+  } as ServerResponse['write'];
+
+  res.end = function end(this: ServerResponse, ...args: unknown[]) {
+    if (finished) return (originalEnd as (...a: unknown[]) => ServerResponse).apply(this, args);
+    finished = true;
+    const chunk = typeof args[0] === 'function' ? undefined : args[0];
+    keep(chunk, typeof args[1] === 'string' ? args[1] : undefined);
+    const captured: CapturedResponse = {
+      status: res.statusCode,
+      headers: { ...(res.getHeaders() as CapturedResponse['headers']), ...(headHeaders as CapturedResponse['headers']) },
+      body: overflow ? null : Buffer.concat(chunks, size),
+    };
+    detach();
+    claim
+      .finish(captured)
+      .finally(() => {
+        (originalEnd as (...a: unknown[]) => ServerResponse).apply(res, args);
+        resolveDone();
+      });
+    return res;
+  } as ServerResponse['end'];
+
+  return {
+    done,
+    get ended() {
+      return finished;
+    },
+    detach,
+  };
+}
+
+function defaultOnError(_error: unknown, _req: IncomingMessage, res: ServerResponse): void {
+  if (!res.headersSent) {
+    res.statusCode = 500;
+    res.setHeader('content-type', 'text/plain; charset=utf-8');
+    res.end('Internal Server Error');
+  } else res.destroy();
+}
+
+/** The key header's lines, one entry per line, so repeated lines are spotted (H4). */
+export function keyHeaderLines(req: IncomingMessage, headerName: string): string[] | string | undefined {
+  return req.headersDistinct?.[headerName] ?? req.headers[headerName];
+}
+
+/**
+ * Wrap a Node `http` handler. Covered requests (POST and PATCH by default) with an
+ * Idempotency-Key run once; repeats get the stored response.
+ */
+export function withIdempotency<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
+  handler: NodeHandler<Req, Res>,
+  options: NodeIdempotencyOptions<Req> | Idempotency<Req>,
+): (req: Req, res: Res) => Promise<void> {
+  if (typeof handler !== 'function') throw new TypeError(`Expected \`handler\` to be a function, got ${String(handler)}`);
+  const layer = options instanceof Idempotency ? options : new Idempotency<Req>(options);
+  const onError = (options instanceof Idempotency ? undefined : options.onError) ?? defaultOnError;
+
+  return async function idempotency(req: Req, res: Res): Promise<void> {
+    if (!layer.covers(req.method ?? 'GET')) {
+      await handler(req, res);
+      return;
+    }
+    let raw: Buffer | undefined;
+    const decision = await layer.begin({
+      method: req.method ?? 'GET',
+      url: req.url ?? '/',
+      headers: req.headers,
+      keyHeaderLines: keyHeaderLines(req, layer.headerName),
+      body: async () => {
+        raw = await readBody(req, layer.maxBodyBytes);
+        return raw;
+      },
+      raw: req,
+    });
+    if (raw !== undefined) {
+      restoreBody(req, raw);
+      (req as { body?: unknown }).body ??= parseBody(raw, req.headers['content-type']);
+    }
+    if (decision.type === 'respond') {
+      sendResponse(res, decision.response);
+      return;
+    }
+    if (decision.type === 'pass') {
+      await handler(req, res);
+      return;
+    }
+    const { claim } = decision;
+    const capture = captureResponse(res, claim);
+    try {
+      await handler(req, res);
+    } catch (error) {
+      // Thrown before the response ended: release (H10), so a retry runs again.
+      if (!capture.ended) {
+        capture.detach();
+        await claim.fail(error);
+      }
+      onError(error, req, res);
+    }
+  };
+}

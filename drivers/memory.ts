@@ -1,0 +1,138 @@
+/**
+ * In-process store: atomic within one Node.js process only (S5). For tests, demos and
+ * single-instance services; use SQLite, Redis or PostgreSQL when more than one process
+ * serves the same keys.
+ * @module
+ * @example
+ * import { memoryStore } from 'idempotency-kit/drivers/memory';
+ * const store = memoryStore({ maxEntries: 10_000 });
+ */
+import type {
+  ClaimRequest,
+  ClaimResult,
+  IdempotencyRecord,
+  IdempotencyStore,
+  StoredResponse,
+} from '../src/store.js';
+import { assertFunction, assertInteger } from '../src/validate.js';
+
+export interface MemoryStoreOptions {
+  /**
+   * Most records kept at once. When full, expired records are swept first, then the
+   * oldest completed records are evicted; processing records are never evicted, and a
+   * claim beyond the cap with nothing evictable throws.
+   * @default 100000
+   */
+  maxEntries?: number;
+  /**
+   * How often expired records are swept, in ms (on an unref'd timer). 0 disables.
+   * @default 60000
+   */
+  sweepIntervalMs?: number;
+  /** Clock, for tests. @default Date.now */
+  now?: () => number;
+  /** Warn when NODE_ENV is production (one process only). @default true */
+  warnInProduction?: boolean;
+}
+
+function isLive(record: IdempotencyRecord, now: number): boolean {
+  return record.state === 'processing' ? record.leaseUntil > now : record.expiresAt > now;
+}
+
+/** Create an in-memory store. */
+export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore {
+  const maxEntries = options.maxEntries ?? 100_000;
+  const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
+  assertInteger('maxEntries', maxEntries, 1);
+  assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
+  const now = options.now ?? Date.now;
+  assertFunction('now', now);
+  if (options.warnInProduction !== false && process.env.NODE_ENV === 'production') {
+    process.emitWarning(
+      'idempotency-kit: the memory store protects one process only; use sqlite://, redis:// or postgres:// when several processes serve the same keys',
+      { code: 'IDEMPOTENCY_MEMORY_STORE' },
+    );
+  }
+
+  // Map keeps insertion order, so the first entries are the oldest: cheap eviction.
+  const records = new Map<string, IdempotencyRecord>();
+
+  const sweep = (): void => {
+    const t = now();
+    for (const [key, record] of records) if (!isLive(record, t)) records.delete(key);
+  };
+  const timer = sweepIntervalMs > 0 ? setInterval(sweep, sweepIntervalMs) : undefined;
+  timer?.unref();
+
+  const makeRoom = (): void => {
+    if (records.size < maxEntries) return;
+    sweep();
+    for (const [key, record] of records) {
+      if (records.size < maxEntries) return;
+      if (record.state === 'completed') records.delete(key);
+    }
+    if (records.size >= maxEntries) {
+      throw new Error(`idempotency-kit: memory store is full (${maxEntries} requests in flight)`);
+    }
+  };
+
+  const live = (key: string): IdempotencyRecord | undefined => {
+    const record = records.get(key);
+    if (record === undefined) return undefined;
+    if (isLive(record, now())) return record;
+    records.delete(key);
+    return undefined;
+  };
+
+  const owned = (key: string, token: string) => {
+    const record = live(key);
+    return record?.state === 'processing' && record.token === token ? record : undefined;
+  };
+
+  // Every method is synchronous inside: nothing can interleave between read and write,
+  // which is what makes claim atomic within one process.
+  return {
+    name: 'memory',
+    async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
+      const current = live(key);
+      if (current) return { claimed: false, record: current };
+      records.delete(key);
+      makeRoom();
+      const record = { state: 'processing' as const, ...request, leaseUntil: now() + leaseMs };
+      records.set(key, record);
+      return { claimed: true, record };
+    },
+    async get(key: string) {
+      return live(key);
+    },
+    async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
+      const record = owned(key, token);
+      if (!record) return false;
+      const body = response.body === null ? null : new Uint8Array(response.body);
+      records.set(key, {
+        state: 'completed',
+        fingerprint: record.fingerprint,
+        token,
+        createdAt: record.createdAt,
+        expiresAt: now() + ttlMs,
+        response: { status: response.status, headers: { ...response.headers }, body },
+      });
+      return true;
+    },
+    async release(key: string, token: string) {
+      if (!owned(key, token)) return false;
+      records.delete(key);
+      return true;
+    },
+    async extend(key: string, token: string, leaseMs: number) {
+      const record = owned(key, token);
+      if (!record) return false;
+      record.leaseUntil = now() + leaseMs;
+      return true;
+    },
+    async close() {
+      if (timer) clearInterval(timer);
+      records.clear();
+    },
+  };
+}

@@ -1,0 +1,25 @@
+/**
+ * The core decision (SPEC §1) as a pure function of (record, incoming fingerprint, now).
+ * @module
+ */
+import type { IdempotencyRecord } from './store.js';
+
+export type Decision =
+  /** No live record: run the handler (after winning an atomic claim). */
+  | 'execute'
+  /** Completed with the same fingerprint: send the stored response. */
+  | 'replay'
+  /** Completed with the same fingerprint but no stored body (H12): 409, never re-run. */
+  | 'not-replayable'
+  /** Same key, different request, whatever the state (H14): 422. */
+  | 'mismatch'
+  /** Processing under a valid lease: wait and look again, then 409 (H8). */
+  | 'wait';
+
+export function decide(record: IdempotencyRecord | undefined, fingerprint: string, now: number): Decision {
+  if (record === undefined) return 'execute';
+  if (record.state === 'processing' ? record.leaseUntil <= now : record.expiresAt <= now) return 'execute';
+  if (record.fingerprint !== fingerprint) return 'mismatch';
+  if (record.state === 'processing') return 'wait';
+  return record.response.body === null ? 'not-replayable' : 'replay';
+}

@@ -1,0 +1,330 @@
+/**
+ * The engine: claim / wait / replay / complete / release over any store, with lease
+ * renewal, fencing, timeouts and events. Shared by the HTTP layer and `idempotent()`.
+ * @module
+ */
+import { createHash, randomUUID } from 'node:crypto';
+import pRetry from 'p-retry';
+import { decide } from './decide.js';
+import {
+  IdempotencyConflictError,
+  IdempotencyMismatchError,
+  ResponseNotReplayableError,
+  StoreUnavailableError,
+  isIdempotencyError,
+} from './errors.js';
+import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, StoredResponse } from './store.js';
+import { assertFunction, assertInteger, assertOneOf } from './validate.js';
+
+export type IdempotencyEventType =
+  | 'claimed'
+  | 'replayed'
+  | 'completed'
+  | 'released'
+  | 'conflict'
+  | 'mismatch'
+  | 'not-replayable'
+  | 'lease-lost'
+  | 'store-error'
+  | 'unprotected';
+
+export interface IdempotencyEvent {
+  type: IdempotencyEventType;
+  /** The client's idempotency key (never the request body). */
+  key: string;
+  scope: string | undefined;
+  /** The store operation that failed or was refused (`store-error`, `lease-lost`). */
+  operation?: 'claim' | 'get' | 'complete' | 'release' | 'extend';
+  /** The response status (`completed`, `released`, `replayed`). */
+  status?: number;
+  error?: unknown;
+}
+
+/** Options shared by the HTTP adapters and `idempotent()`. */
+export interface EngineOptions {
+  /** Where records live: a store from `createStore()` or a driver factory. */
+  store: IdempotencyStore;
+  /**
+   * How long a duplicate waits for the first request to finish before a 409 / conflict
+   * error, in ms. 0 answers at once (H8).
+   * @default 2000
+   */
+  wait?: number;
+  /**
+   * How long a claim holds the key without renewal, in ms; renewed every leaseMs/3 while
+   * the handler runs (H17). A crashed process's key frees after this.
+   * @default 30000
+   */
+  leaseMs?: number;
+  /**
+   * How long a completed record is replayed, in ms (H20).
+   * @default 86400000 (24 h)
+   */
+  ttl?: number;
+  /**
+   * Any single store call slower than this fails as `store-unavailable` (S6).
+   * @default 2000
+   */
+  storeTimeoutMs?: number;
+  /**
+   * What to do when the store fails before the handler ran (H16): `'fail'` answers 503
+   * (fail closed), `'continue'` runs the handler unprotected and emits `unprotected`.
+   * @default 'fail'
+   */
+  onStoreError?: 'fail' | 'continue';
+  /** Called for every claim, replay, conflict, mismatch, release, lost lease and store error. */
+  onEvent?: (event: IdempotencyEvent) => void;
+  /** Clock, for tests. @default Date.now */
+  now?: () => number;
+}
+
+export interface ResolvedEngineOptions {
+  store: IdempotencyStore;
+  wait: number;
+  leaseMs: number;
+  ttl: number;
+  storeTimeoutMs: number;
+  onStoreError: 'fail' | 'continue';
+  onEvent: ((event: IdempotencyEvent) => void) | undefined;
+  now: () => number;
+}
+
+const storeMethods = ['claim', 'get', 'complete', 'release', 'extend', 'close'] as const;
+
+export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new TypeError(`Expected options to be an object, got ${String(options)}`);
+  }
+  const { store } = options;
+  if (typeof store !== 'object' || store === null || storeMethods.some((m) => typeof store[m] !== 'function')) {
+    throw new TypeError(
+      typeof store === 'string'
+        ? 'Expected `store` to be a store object, got a string: pass `createStore(url)` instead of the URL'
+        : `Expected \`store\` to be an idempotency store (claim, get, complete, release, extend, close), got ${String(store)}`,
+    );
+  }
+  const resolved: ResolvedEngineOptions = {
+    store,
+    wait: options.wait ?? 2000,
+    leaseMs: options.leaseMs ?? 30_000,
+    ttl: options.ttl ?? 86_400_000,
+    storeTimeoutMs: options.storeTimeoutMs ?? 2000,
+    onStoreError: options.onStoreError ?? 'fail',
+    onEvent: options.onEvent,
+    now: options.now ?? Date.now,
+  };
+  assertInteger('wait', resolved.wait, 0);
+  assertInteger('leaseMs', resolved.leaseMs, 1);
+  assertInteger('ttl', resolved.ttl, 1);
+  assertInteger('storeTimeoutMs', resolved.storeTimeoutMs, 1);
+  assertOneOf('onStoreError', resolved.onStoreError, ['fail', 'continue'] as const);
+  if (resolved.onEvent !== undefined) assertFunction('onEvent', resolved.onEvent);
+  assertFunction('now', resolved.now);
+  return resolved;
+}
+
+/** S7: the store sees a hash of (scope, key), never the client's text. */
+export function storageKey(scope: string | undefined, key: string): string {
+  return createHash('sha256')
+    .update(JSON.stringify([scope ?? null, key]))
+    .digest('base64url');
+}
+
+class StillProcessing extends Error {}
+
+export type Acquired =
+  | { type: 'execute'; lease: Lease }
+  | { type: 'replay'; record: CompletedRecord };
+
+/**
+ * A won claim. While it is held the lease is renewed; `complete` and `release` are
+ * fenced by the claim's token (H18) and report whether they took effect.
+ */
+export class Lease {
+  #lost = false;
+  #settled = false;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly engine: Engine,
+    readonly key: string,
+    readonly scope: string | undefined,
+    readonly storageKey: string,
+    readonly token: string,
+  ) {
+    const { leaseMs } = engine.options;
+    // Renew at a third of the lease, so two missed renewals still leave time (H17).
+    this.#timer = setInterval(() => void this.#renew(), Math.max(1, Math.floor(leaseMs / 3)));
+    this.#timer.unref();
+  }
+
+  /** True once another claimer took the key over: this owner's writes are refused. */
+  get lost(): boolean {
+    return this.#lost;
+  }
+
+  async #renew(): Promise<void> {
+    if (this.#settled || this.#lost) return;
+    try {
+      const ok = await this.engine.call('extend', () =>
+        this.engine.options.store.extend(this.storageKey, this.token, this.engine.options.leaseMs),
+      );
+      if (!ok && !this.#settled) this.#loseLease('extend');
+    } catch (error) {
+      this.engine.emit({ type: 'store-error', key: this.key, scope: this.scope, operation: 'extend', error });
+    }
+  }
+
+  #loseLease(operation: 'extend' | 'complete' | 'release'): void {
+    this.#lost = true;
+    this.#stop();
+    this.engine.emit({ type: 'lease-lost', key: this.key, scope: this.scope, operation });
+  }
+
+  #stop(): void {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /** Store the outcome for replay. Throws on store failure (after stopping renewal). */
+  async complete(response: StoredResponse): Promise<boolean> {
+    this.#settled = true;
+    this.#stop();
+    if (this.#lost) return false;
+    const { store, ttl } = this.engine.options;
+    const ok = await this.engine.call('complete', () => store.complete(this.storageKey, this.token, response, ttl));
+    if (ok) this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
+    else this.#loseLease('complete');
+    return ok;
+  }
+
+  /** Free the key so that a retry runs again. Throws on store failure. */
+  async release(status?: number): Promise<boolean> {
+    this.#settled = true;
+    this.#stop();
+    if (this.#lost) return false;
+    const ok = await this.engine.call('release', () => this.engine.options.store.release(this.storageKey, this.token));
+    if (ok) this.engine.emit({ type: 'released', key: this.key, scope: this.scope, status });
+    else this.#loseLease('release');
+    return ok;
+  }
+}
+
+export class Engine {
+  readonly options: ResolvedEngineOptions;
+
+  constructor(options: EngineOptions) {
+    this.options = resolveEngineOptions(options);
+  }
+
+  emit(event: IdempotencyEvent): void {
+    try {
+      this.options.onEvent?.(event);
+    } catch {
+      // A failing listener must not change what the client gets.
+    }
+  }
+
+  /** Run one store call with the S6 time bound; every failure becomes StoreUnavailableError. */
+  async call<T>(operation: IdempotencyEvent['operation'], run: () => Promise<T>): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`store ${operation} timed out after ${this.options.storeTimeoutMs} ms`)),
+        this.options.storeTimeoutMs,
+      );
+    });
+    try {
+      return await Promise.race([run(), timeout]);
+    } catch (error) {
+      throw isIdempotencyError(error) ? error : new StoreUnavailableError(error);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * Claim the key, or find what to do instead: replay, or throw a typed error
+   * (mismatch, conflict after waiting, not replayable, store unavailable).
+   */
+  async acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
+    const { store, leaseMs, now, wait } = this.options;
+    const skey = storageKey(scope, key);
+    const deadline = now() + wait;
+    for (;;) {
+      const token = randomUUID();
+      let result;
+      try {
+        result = await this.call('claim', () => store.claim(skey, { fingerprint, token, createdAt: now() }, leaseMs));
+      } catch (error) {
+        this.emit({ type: 'store-error', key, scope, operation: 'claim', error });
+        throw error;
+      }
+      if (result.claimed) {
+        this.emit({ type: 'claimed', key, scope });
+        return { type: 'execute', lease: new Lease(this, key, scope, skey, token) };
+      }
+      let record: IdempotencyRecord | undefined = result.record;
+      let decision = decide(record, fingerprint, now());
+      // The store refused the claim, so the record is live by the store's clock even if
+      // ours disagrees: wait rather than spin on claims.
+      if (decision === 'execute') decision = 'wait';
+      if (decision === 'wait') {
+        record = await this.#poll(key, scope, skey, fingerprint, deadline - now());
+        decision = decide(record, fingerprint, now());
+      }
+      switch (decision) {
+        case 'execute':
+          continue; // released or expired while we waited: claim again
+        case 'replay':
+          this.emit({ type: 'replayed', key, scope, status: (record as CompletedRecord).response.status });
+          return { type: 'replay', record: record as CompletedRecord };
+        case 'mismatch':
+          this.emit({ type: 'mismatch', key, scope });
+          throw new IdempotencyMismatchError();
+        case 'not-replayable':
+          this.emit({ type: 'not-replayable', key, scope });
+          throw new ResponseNotReplayableError();
+        case 'wait':
+          throw new Error('unreachable');
+      }
+    }
+  }
+
+  /** H8: poll with backoff until the record settles; 409 when `remainingMs` runs out. */
+  async #poll(
+    key: string,
+    scope: string | undefined,
+    skey: string,
+    fingerprint: string,
+    remainingMs: number,
+  ): Promise<IdempotencyRecord | undefined> {
+    const conflict = () => {
+      this.emit({ type: 'conflict', key, scope });
+      return new IdempotencyConflictError(1);
+    };
+    if (remainingMs <= 0) throw conflict();
+    try {
+      return await pRetry(
+        async () => {
+          const record = await this.call('get', () => this.options.store.get(skey));
+          if (record?.state === 'processing' && record.fingerprint === fingerprint) throw new StillProcessing();
+          return record;
+        },
+        {
+          retries: 10_000,
+          minTimeout: 10,
+          factor: 1.6,
+          maxTimeout: 250,
+          randomize: true,
+          maxRetryTime: remainingMs,
+          shouldRetry: ({ error }) => error instanceof StillProcessing,
+        },
+      );
+    } catch (error) {
+      if (error instanceof StillProcessing) throw conflict();
+      this.emit({ type: 'store-error', key, scope, operation: 'get', error });
+      throw error;
+    }
+  }
+}

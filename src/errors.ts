@@ -1,0 +1,117 @@
+/**
+ * Typed errors with stable `code` strings (C4). `isIdempotencyError` checks a global
+ * brand, so it works across two copies of the package (ESM and CJS, or two versions).
+ * @module
+ */
+
+const brand = Symbol.for('idempotency-kit.error');
+
+/** Every problem the library reports; `code` doubles as the problem type name (SPEC §5). */
+export type IdempotencyErrorCode =
+  | 'key-missing'
+  | 'key-invalid'
+  | 'key-reused'
+  | 'request-in-progress'
+  | 'response-not-replayable'
+  | 'store-unavailable'
+  | 'body-too-large'
+  | 'result-not-storable';
+
+export class IdempotencyError extends Error {
+  override name = 'IdempotencyError';
+  readonly code: IdempotencyErrorCode;
+  /** The HTTP status the adapters answer with. */
+  readonly status: number;
+  /** Whether trying again later can succeed (a broker should redeliver). */
+  readonly retryable: boolean;
+  declare readonly [brand]: true;
+
+  constructor(code: IdempotencyErrorCode, status: number, message: string, options?: { cause?: unknown; retryable?: boolean }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.status = status;
+    this.retryable = options?.retryable ?? false;
+    Object.defineProperty(this, brand, { value: true });
+  }
+}
+
+/** Why a key was refused (H4). */
+export type KeyInvalidReason =
+  | 'empty'
+  | 'too-long'
+  | 'non-printable'
+  | 'non-ascii'
+  | 'malformed-quoting'
+  | 'several-values';
+
+/** H2 / H4: the request has no key, or its key is not usable. */
+export class IdempotencyKeyError extends IdempotencyError {
+  override name = 'IdempotencyKeyError';
+  /** Set for `key-invalid`. */
+  readonly reason: KeyInvalidReason | undefined;
+  constructor(reason: KeyInvalidReason | undefined, message: string) {
+    super(reason === undefined ? 'key-missing' : 'key-invalid', 400, message);
+    this.reason = reason;
+  }
+}
+
+/** H14 / C3: same key, different request. Never retryable with this key. */
+export class IdempotencyMismatchError extends IdempotencyError {
+  override name = 'IdempotencyMismatchError';
+  constructor(message = 'This idempotency key was already used with a different request.') {
+    super('key-reused', 422, message);
+  }
+}
+
+/** H8 / C3: the first request with this key is still running. Retry later. */
+export class IdempotencyConflictError extends IdempotencyError {
+  override name = 'IdempotencyConflictError';
+  /** Seconds to wait before retrying (the `Retry-After` value). */
+  readonly retryAfterSeconds: number;
+  constructor(retryAfterSeconds = 1, message = 'A request with this idempotency key is still being processed.') {
+    super('request-in-progress', 409, message, { retryable: true });
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+/** H12: the first request completed, but its response was not stored and cannot be replayed. */
+export class ResponseNotReplayableError extends IdempotencyError {
+  override name = 'ResponseNotReplayableError';
+  constructor(message = 'The request with this idempotency key completed, but its response was too large or streamed and cannot be replayed.') {
+    super('response-not-replayable', 409, message);
+  }
+}
+
+/** H16 / S4 / S6: the store failed or timed out before the handler ran. */
+export class StoreUnavailableError extends IdempotencyError {
+  override name = 'StoreUnavailableError';
+  readonly retryAfterSeconds: number;
+  constructor(cause: unknown, retryAfterSeconds = 1) {
+    const detail = cause instanceof Error ? cause.message : String(cause);
+    super('store-unavailable', 503, `The idempotency store is unavailable: ${detail}`, { cause, retryable: true });
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+/** The request body is larger than `maxBodyBytes`, so it cannot be fingerprinted. */
+export class BodyTooLargeError extends IdempotencyError {
+  override name = 'BodyTooLargeError';
+  readonly limit: number;
+  constructor(limit: number) {
+    super('body-too-large', 413, `The request body exceeds ${limit} bytes.`);
+    this.limit = limit;
+  }
+}
+
+/** C1: `idempotent()` was given a result (or arguments) it cannot store faithfully. */
+export class ResultNotStorableError extends IdempotencyError {
+  override name = 'ResultNotStorableError';
+  constructor(message: string) {
+    super('result-not-storable', 500, message);
+  }
+}
+
+/** True for any error this library created, from any copy of the package. */
+export function isIdempotencyError(error: unknown): error is IdempotencyError {
+  return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[brand] === true;
+}

@@ -1,0 +1,286 @@
+/**
+ * The HTTP policy every adapter shares (SPEC §2): which requests are covered, key
+ * parsing, fingerprinting, replay and problem responses, what is stored (H10–H12).
+ * Adapters only translate their framework's request and response to these shapes.
+ * @module
+ */
+import { Engine, type EngineOptions, type IdempotencyEvent, type Lease } from './engine.js';
+import { IdempotencyKeyError, isIdempotencyError, StoreUnavailableError, type IdempotencyError } from './errors.js';
+import { fingerprintRequest } from './fingerprint.js';
+import { parseIdempotencyKey } from './key.js';
+import { problemResponse, type HttpResponse } from './problem.js';
+import type { StoredResponse } from './store.js';
+import { assertFunction, assertInteger, assertStringArray } from './validate.js';
+
+export interface IdempotencyOptions<Req = unknown> extends EngineOptions {
+  /**
+   * Methods the layer covers; others pass through untouched even with a key (H1).
+   * @default ['POST', 'PATCH']
+   */
+  methods?: string[];
+  /**
+   * Whether a covered request without the header is refused with 400 `key-missing` (H2).
+   * With `false` it runs unprotected.
+   * @default true
+   */
+  required?: boolean;
+  /** @default 'Idempotency-Key' */
+  header?: string;
+  /** @default 255 */
+  maxKeyLength?: number;
+  /** The tenant of a request (H15): the same key in two scopes is two records. */
+  scope?: (req: Req) => string | undefined | Promise<string | undefined>;
+  /**
+   * Replaces query, body and headers in the fingerprint with what this returns (method
+   * and path always count). Use it to leave out fields that change between retries.
+   */
+  fingerprint?: (req: Req) => unknown;
+  /** Request headers that are part of the fingerprint (H14). @default [] */
+  fingerprintHeaders?: string[];
+  /**
+   * Which handler statuses are stored for replay (H10). Others release the key.
+   * @default status < 500 and not 401, 403, 408, 425 or 429
+   */
+  storeResponse?: (status: number) => boolean;
+  /** Response headers replayed on top of the built-in allow-list (H11). @default [] */
+  replayHeaders?: string[];
+  /**
+   * Larger response bodies are not stored; a retry then gets 409 `response-not-replayable` (H12).
+   * @default 1048576 (1 MiB)
+   */
+  maxResponseBytes?: number;
+  /**
+   * Largest request body an adapter reads to fingerprint; beyond it, 413 `body-too-large`.
+   * @default 1048576 (1 MiB)
+   */
+  maxBodyBytes?: number;
+}
+
+/** What an adapter knows about a request. */
+export interface HttpRequestInfo<Req> {
+  method: string;
+  /** The request target, path plus `?query`. */
+  url: string;
+  headers: Record<string, string | string[] | undefined>;
+  /** The key header's lines, each its own entry (`req.headersDistinct[name]`), to spot repeats (H4). */
+  keyHeaderLines: string[] | string | undefined;
+  /** The body, or a function that reads it (called only when the request is covered and keyed). */
+  body: () => unknown;
+  raw: Req;
+}
+
+/** A response captured from the handler. `body: null` means it could not be captured (a stream). */
+export interface CapturedResponse {
+  status: number;
+  headers: Record<string, string | string[] | number | undefined>;
+  body: Uint8Array | null;
+}
+
+export interface HttpClaim {
+  /** Store (or release) per H10–H12. Never throws: store failures become events (H16). */
+  finish(response: CapturedResponse): Promise<void>;
+  /** The handler threw: release so a retry runs again (H10). Never throws. */
+  fail(error?: unknown): Promise<void>;
+  readonly maxResponseBytes: number;
+}
+
+export type HttpDecision<Req> =
+  | { type: 'pass' }
+  | { type: 'respond'; response: HttpResponse; error?: IdempotencyError }
+  | { type: 'execute'; claim: HttpClaim; body: unknown; request: HttpRequestInfo<Req> };
+
+/** H11: replayed by default. Everything else (set-cookie, date, request ids, hop-by-hop) is not. */
+const DEFAULT_REPLAY_HEADERS = [
+  'content-type',
+  'content-language',
+  'content-location',
+  'location',
+  'etag',
+  'last-modified',
+  'link',
+];
+const NEVER_REPLAYED = new Set([
+  'set-cookie',
+  'date',
+  'connection',
+  'keep-alive',
+  'transfer-encoding',
+  'upgrade',
+  'te',
+  'trailer',
+  'proxy-authenticate',
+  'proxy-connection',
+  'content-length',
+  'idempotent-replayed',
+]);
+const NOT_STORED = new Set([401, 403, 408, 425, 429]);
+
+export const defaultStoreResponse = (status: number): boolean => status < 500 && !NOT_STORED.has(status);
+
+const noopClaim = (maxResponseBytes: number): HttpClaim => ({
+  async finish() {},
+  async fail() {},
+  maxResponseBytes,
+});
+
+export class Idempotency<Req = unknown> {
+  readonly engine: Engine;
+  readonly methods: ReadonlySet<string>;
+  readonly required: boolean;
+  readonly header: string;
+  readonly headerName: string;
+  readonly maxKeyLength: number;
+  readonly maxBodyBytes: number;
+  readonly maxResponseBytes: number;
+  readonly #replayHeaders: ReadonlySet<string>;
+  readonly #options: IdempotencyOptions<Req>;
+  readonly #fingerprintHeaders: string[];
+
+  constructor(options: IdempotencyOptions<Req>) {
+    this.engine = new Engine(options);
+    this.#options = options;
+    const methods = options.methods ?? ['POST', 'PATCH'];
+    assertStringArray('methods', methods);
+    this.methods = new Set(methods.map((m) => m.toUpperCase()));
+    this.required = options.required ?? true;
+    if (typeof this.required !== 'boolean') {
+      throw new TypeError(`Expected \`required\` to be a boolean, got ${String(this.required)}`);
+    }
+    this.header = options.header ?? 'Idempotency-Key';
+    if (typeof this.header !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(this.header)) {
+      throw new TypeError(`Expected \`header\` to be an HTTP header name, got ${String(this.header)}`);
+    }
+    this.headerName = this.header.toLowerCase();
+    this.maxKeyLength = options.maxKeyLength ?? 255;
+    this.maxBodyBytes = options.maxBodyBytes ?? 1024 * 1024;
+    this.maxResponseBytes = options.maxResponseBytes ?? 1024 * 1024;
+    assertInteger('maxKeyLength', this.maxKeyLength, 1);
+    assertInteger('maxBodyBytes', this.maxBodyBytes, 0);
+    assertInteger('maxResponseBytes', this.maxResponseBytes, 0);
+    if (options.scope !== undefined) assertFunction('scope', options.scope);
+    if (options.fingerprint !== undefined) assertFunction('fingerprint', options.fingerprint);
+    if (options.storeResponse !== undefined) assertFunction('storeResponse', options.storeResponse);
+    const fingerprintHeaders = options.fingerprintHeaders ?? [];
+    assertStringArray('fingerprintHeaders', fingerprintHeaders);
+    const replayHeaders = options.replayHeaders ?? [];
+    assertStringArray('replayHeaders', replayHeaders);
+    for (const h of replayHeaders) {
+      if (NEVER_REPLAYED.has(h.toLowerCase())) {
+        throw new TypeError(`\`replayHeaders\` cannot include ${JSON.stringify(h)}: it must never be replayed`);
+      }
+    }
+    this.#replayHeaders = new Set([...DEFAULT_REPLAY_HEADERS, ...replayHeaders.map((h) => h.toLowerCase())]);
+    this.#fingerprintHeaders = fingerprintHeaders.map((h) => h.toLowerCase());
+  }
+
+  /** A copy with some options changed, sharing the store (per-route overrides). */
+  with(overrides: Partial<IdempotencyOptions<Req>>): Idempotency<Req> {
+    return new Idempotency({ ...this.#options, ...overrides });
+  }
+
+  /** H1: only covered methods are looked at. */
+  covers(method: string): boolean {
+    return this.methods.has(method.toUpperCase());
+  }
+
+  /** Decide what to do with a request: pass it through, answer it, or run the handler under a claim. */
+  async begin(request: HttpRequestInfo<Req>): Promise<HttpDecision<Req>> {
+    if (!this.covers(request.method)) return { type: 'pass' };
+    const parsed = parseIdempotencyKey(request.keyHeaderLines, this.maxKeyLength);
+    if (parsed.key === undefined) {
+      if (parsed.error) return this.#problem(parsed.error);
+      if (!this.required) return { type: 'pass' };
+      return this.#problem(new IdempotencyKeyError(undefined, 'Idempotency key missing.'));
+    }
+    const key = parsed.key;
+    let body: unknown;
+    try {
+      body = await request.body();
+    } catch (error) {
+      if (isIdempotencyError(error)) return this.#problem(error);
+      throw error;
+    }
+    const options = this.#options;
+    const scope = options.scope ? await options.scope(request.raw) : undefined;
+    if (scope !== undefined && typeof scope !== 'string') {
+      throw new TypeError(`Expected \`scope(req)\` to return a string or undefined, got ${typeof scope}`);
+    }
+    const fingerprint = fingerprintRequest({
+      method: request.method,
+      url: request.url,
+      headers: request.headers,
+      body,
+      fingerprintHeaders: this.#fingerprintHeaders,
+      custom: options.fingerprint ? await options.fingerprint(request.raw) : undefined,
+    });
+    try {
+      const acquired = await this.engine.acquire(key, scope, fingerprint);
+      if (acquired.type === 'replay') {
+        const stored = acquired.record.response;
+        return {
+          type: 'respond',
+          response: {
+            status: stored.status,
+            headers: { ...stored.headers, 'idempotent-replayed': 'true' },
+            body: stored.body!,
+          },
+        };
+      }
+      return { type: 'execute', claim: this.#claim(acquired.lease), body, request };
+    } catch (error) {
+      if (!isIdempotencyError(error)) throw error;
+      if (error instanceof StoreUnavailableError && this.engine.options.onStoreError === 'continue') {
+        this.engine.emit({ type: 'unprotected', key, scope, error });
+        return { type: 'execute', claim: noopClaim(this.maxResponseBytes), body, request };
+      }
+      return this.#problem(error);
+    }
+  }
+
+  #problem(error: IdempotencyError): HttpDecision<Req> {
+    return { type: 'respond', response: problemResponse(error, this.header), error };
+  }
+
+  #claim(lease: Lease): HttpClaim {
+    const storeResponse = this.#options.storeResponse ?? defaultStoreResponse;
+    const report = (operation: IdempotencyEvent['operation'], error: unknown) =>
+      this.engine.emit({ type: 'store-error', key: lease.key, scope: lease.scope, operation, error });
+    return {
+      maxResponseBytes: this.maxResponseBytes,
+      finish: async (response) => {
+        try {
+          if (!storeResponse(response.status)) {
+            await lease.release(response.status);
+            return;
+          }
+          await lease.complete(this.#toStored(response));
+        } catch (error) {
+          report(storeResponse(response.status) ? 'complete' : 'release', error);
+        }
+      },
+      fail: async () => {
+        try {
+          await lease.release();
+        } catch (error) {
+          report('release', error);
+        }
+      },
+    };
+  }
+
+  #toStored(response: CapturedResponse): StoredResponse {
+    const headers: Record<string, string | string[]> = {};
+    for (const [name, value] of Object.entries(response.headers)) {
+      const lower = name.toLowerCase();
+      if (value === undefined || !this.#replayHeaders.has(lower)) continue;
+      headers[lower] = Array.isArray(value) ? value.map(String) : String(value);
+    }
+    const tooLarge = response.body !== null && response.body.byteLength > this.maxResponseBytes;
+    return { status: response.status, headers, body: tooLarge ? null : response.body };
+  }
+}
+
+/** Create the HTTP layer the adapters call. Most users call an adapter instead. */
+export function createIdempotency<Req = unknown>(options: IdempotencyOptions<Req>): Idempotency<Req> {
+  return new Idempotency(options);
+}

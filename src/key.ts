@@ -1,0 +1,95 @@
+/**
+ * Idempotency-Key header parsing (H3–H5): a bare token or an RFC 9651 sf-string name
+ * the same key; parameters are ignored; the key is otherwise opaque and case-sensitive.
+ * @module
+ */
+import { IdempotencyKeyError, type KeyInvalidReason } from './errors.js';
+
+export type KeyParseResult = { key: string } | { key: undefined; error: IdempotencyKeyError | undefined };
+
+const messages: Record<KeyInvalidReason, string> = {
+  empty: 'The idempotency key is empty.',
+  'too-long': 'The idempotency key is longer than the server accepts.',
+  'non-printable': 'The idempotency key contains a control character.',
+  'non-ascii': 'The idempotency key contains a non-ASCII character.',
+  'malformed-quoting': 'The idempotency key is not a valid token or quoted string.',
+  'several-values': 'The request carries more than one idempotency key.',
+};
+
+const invalid = (reason: KeyInvalidReason): KeyParseResult => ({
+  key: undefined,
+  error: new IdempotencyKeyError(reason, messages[reason]),
+});
+
+function charProblem(code: number): KeyInvalidReason | undefined {
+  if (code < 0x20 || code === 0x7f) return 'non-printable';
+  if (code > 0x7e) return 'non-ascii';
+  return undefined;
+}
+
+/**
+ * Whether the text after an sf-string's closing quote is a parameter list with no second
+ * list member. Quoted parameter values may hold commas.
+ */
+function paramsTail(rest: string): KeyInvalidReason | undefined {
+  let quoted = false;
+  for (let i = 0; i < rest.length; i++) {
+    const c = rest[i];
+    if (quoted) {
+      if (c === '\\') i++;
+      else if (c === '"') quoted = false;
+    } else if (c === '"') quoted = true;
+    else if (c === ',') return 'several-values';
+  }
+  if (quoted) return 'malformed-quoting';
+  return rest === '' || rest.startsWith(';') ? undefined : 'malformed-quoting';
+}
+
+/**
+ * Parse the header value(s). `undefined` means the header is absent (the caller decides
+ * whether that is an error, H2). Several header lines arrive as an array (H4).
+ */
+export function parseIdempotencyKey(value: string | readonly string[] | undefined, maxKeyLength: number): KeyParseResult {
+  if (value === undefined) return { key: undefined, error: undefined };
+  if (typeof value !== 'string') {
+    if (value.length === 0) return { key: undefined, error: undefined };
+    if (value.length > 1) return invalid('several-values');
+    value = value[0]!;
+  }
+  if (value === '') return invalid('empty');
+  let key: string;
+  if (value.startsWith('"')) {
+    let out = '';
+    let i = 1;
+    for (; i < value.length; i++) {
+      const c = value[i]!;
+      const problem = charProblem(c.charCodeAt(0));
+      if (problem) return invalid(problem);
+      if (c === '\\') {
+        const next = value[i + 1];
+        if (next !== '"' && next !== '\\') return invalid('malformed-quoting');
+        out += next;
+        i++;
+      } else if (c === '"') break;
+      else out += c;
+    }
+    if (i >= value.length) return invalid('malformed-quoting');
+    const tail = paramsTail(value.slice(i + 1));
+    if (tail) return invalid(tail);
+    key = out;
+  } else {
+    const semicolon = value.indexOf(';');
+    key = semicolon === -1 ? value : value.slice(0, semicolon);
+    for (let i = 0; i < value.length; i++) {
+      const problem = charProblem(value.charCodeAt(i));
+      if (problem) return invalid(problem);
+    }
+    if (key.includes(',')) return invalid('several-values');
+    if (key.includes('"') || key.includes('\\')) return invalid('malformed-quoting');
+    const tail = paramsTail(value.slice(key.length));
+    if (tail) return invalid(tail);
+  }
+  if (key === '') return invalid('empty');
+  if (key.length > maxKeyLength) return invalid('too-long');
+  return { key };
+}

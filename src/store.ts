@@ -1,0 +1,128 @@
+/**
+ * The storage contract every driver implements (SPEC S1–S7), and the record shape.
+ * @module
+ */
+
+/** A response as captured from a handler and stored for replay. */
+export interface StoredResponse {
+  status: number;
+  /** Only allow-listed headers (H11), lower-case names. */
+  headers: Record<string, string | string[]>;
+  /**
+   * The body bytes. `null` marks a record completed without a replayable body
+   * (too large or a stream that could not be captured, H12): a retry gets 409.
+   */
+  body: Uint8Array | null;
+}
+
+export interface ProcessingRecord {
+  state: 'processing';
+  fingerprint: string;
+  /** Random per claim; fences complete / release / extend (H18). */
+  token: string;
+  createdAt: number;
+  /** Epoch ms after which another caller may take the key over. */
+  leaseUntil: number;
+}
+
+export interface CompletedRecord {
+  state: 'completed';
+  fingerprint: string;
+  token: string;
+  createdAt: number;
+  /** Epoch ms after which the record is gone (H20). */
+  expiresAt: number;
+  response: StoredResponse;
+}
+
+export type IdempotencyRecord = ProcessingRecord | CompletedRecord;
+
+/** What a claim asks the store to write. The store fills `leaseUntil` from its own clock. */
+export interface ClaimRequest {
+  fingerprint: string;
+  token: string;
+  createdAt: number;
+}
+
+export type ClaimResult =
+  | { claimed: true; record: ProcessingRecord }
+  | { claimed: false; record: IdempotencyRecord };
+
+/**
+ * A storage backend. Keys passed in are already hashed (S7): drivers never see user input.
+ *
+ * Every method throws on a store failure (S4); a failure is never reported as "not found".
+ */
+export interface IdempotencyStore {
+  readonly name: string;
+  /**
+   * S1: atomically create a processing record if the key is absent, its lease has
+   * expired, or its completed record has expired. Exactly one of any number of
+   * concurrent claimers wins; a loser gets the live record in the same round trip.
+   */
+  claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult>;
+  /** S3: never returns an expired record or a processing record whose lease ended. */
+  get(key: string): Promise<IdempotencyRecord | undefined>;
+  /** S2: processing -> completed, only while `token` owns the record. */
+  complete(key: string, token: string, response: StoredResponse, ttlMs: number): Promise<boolean>;
+  /** S2: delete the record, only while `token` owns it and it is processing. */
+  release(key: string, token: string): Promise<boolean>;
+  /** S2: push `leaseUntil` to now + leaseMs, only while `token` owns the processing record. */
+  extend(key: string, token: string, leaseMs: number): Promise<boolean>;
+  /** Stop timers and close connections the store opened itself. */
+  close(): Promise<void>;
+}
+
+/** Plain JSON form of a record, shared by the drivers that store text. */
+interface RecordJson {
+  s: 'p' | 'c';
+  f: string;
+  t: string;
+  c: number;
+  l?: number;
+  e?: number;
+  r?: { s: number; h: Record<string, string | string[]>; b: string | null };
+}
+
+/** Serialize a record to a compact JSON string (body as base64). */
+export function encodeRecord(record: IdempotencyRecord): string {
+  const json: RecordJson =
+    record.state === 'processing'
+      ? { s: 'p', f: record.fingerprint, t: record.token, c: record.createdAt, l: record.leaseUntil }
+      : {
+          s: 'c',
+          f: record.fingerprint,
+          t: record.token,
+          c: record.createdAt,
+          e: record.expiresAt,
+          r: {
+            s: record.response.status,
+            h: record.response.headers,
+            b: record.response.body === null ? null : Buffer.from(record.response.body).toString('base64'),
+          },
+        };
+  return JSON.stringify(json);
+}
+
+/** Inverse of {@link encodeRecord}. Throws a TypeError on data it did not write. */
+export function decodeRecord(text: string): IdempotencyRecord {
+  const json = JSON.parse(text) as RecordJson;
+  if (json.s === 'p' && typeof json.l === 'number') {
+    return { state: 'processing', fingerprint: json.f, token: json.t, createdAt: json.c, leaseUntil: json.l };
+  }
+  if (json.s === 'c' && typeof json.e === 'number' && json.r) {
+    return {
+      state: 'completed',
+      fingerprint: json.f,
+      token: json.t,
+      createdAt: json.c,
+      expiresAt: json.e,
+      response: {
+        status: json.r.s,
+        headers: json.r.h,
+        body: json.r.b === null ? null : new Uint8Array(Buffer.from(json.r.b, 'base64')),
+      },
+    };
+  }
+  throw new TypeError('idempotency-kit: stored record has an unknown shape');
+}

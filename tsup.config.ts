@@ -1,0 +1,24 @@
+import { defineConfig } from 'tsup';
+
+export default defineConfig({
+  entry: {
+    index: 'src/index.ts',
+    'adapters/node': 'adapters/node.ts',
+    'adapters/express': 'adapters/express.ts',
+    'adapters/fastify': 'adapters/fastify.ts',
+    'adapters/koa': 'adapters/koa.ts',
+    'drivers/memory': 'drivers/memory.ts',
+    'drivers/redis': 'drivers/redis.ts',
+    'drivers/postgres': 'drivers/postgres.ts',
+    'drivers/sqlite': 'drivers/sqlite.ts',
+  },
+  format: ['esm', 'cjs'],
+  dts: true,
+  // One shared copy of the core (and its error classes) for every entry.
+  splitting: true,
+  sourcemap: true,
+  clean: true,
+  target: 'node20',
+  platform: 'node',
+  treeshake: true,
+});

@@ -1,0 +1,12 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 30_000,
+    hookTimeout: 30_000,
+    // Store suites share real servers; files run in parallel, tests in a file in order.
+    fileParallelism: true,
+    reporters: ['default'],
+  },
+});
