@@ -1,0 +1,92 @@
+import { describe, expect, it } from 'vitest';
+import { IdempotencyKeyError } from '../../src/errors.js';
+import { parseIdempotencyKey } from '../../src/key.js';
+
+const key = (value: string | string[] | undefined, max = 255) => parseIdempotencyKey(value, max);
+const reason = (value: string | string[] | undefined, max = 255) => {
+  const result = key(value, max);
+  if (result.key !== undefined) throw new Error(`expected an error, got key ${result.key}`);
+  return result.error?.reason;
+};
+
+describe('key parsing', () => {
+  it('H2: an absent header is "missing", not an error of its own', () => {
+    expect(key(undefined)).toEqual({ key: undefined, error: undefined });
+    expect(key([])).toEqual({ key: undefined, error: undefined });
+  });
+
+  it('H3: a bare token and an sf-string name the same key', () => {
+    expect(key('abc-123')).toEqual({ key: 'abc-123' });
+    expect(key('"abc-123"')).toEqual({ key: 'abc-123' });
+    expect(key('8e03978e-40d5-43e8-bc93-6894a57f9324')).toEqual({ key: '8e03978e-40d5-43e8-bc93-6894a57f9324' });
+  });
+
+  it('H3: escaped quote and backslash are unescaped in sf-strings', () => {
+    expect(key('"a\\"b\\\\c"')).toEqual({ key: 'a"b\\c' });
+  });
+
+  it('H3: sf parameters are ignored, on strings and on bare tokens', () => {
+    expect(key('"abc";v=1')).toEqual({ key: 'abc' });
+    expect(key('"abc";v="x,y";w')).toEqual({ key: 'abc' });
+    expect(key('abc;v=1')).toEqual({ key: 'abc' });
+  });
+
+  it('H3: a comma inside an sf-string is part of the key', () => {
+    expect(key('"a,b"')).toEqual({ key: 'a,b' });
+  });
+
+  it('H5: keys are opaque and case-sensitive: no trimming or folding', () => {
+    expect(key('ABC')).toEqual({ key: 'ABC' });
+    expect(key('abc')).toEqual({ key: 'abc' });
+    expect(key('" padded "')).toEqual({ key: ' padded ' });
+    expect(key('a b')).toEqual({ key: 'a b' });
+  });
+
+  it('H4: empty', () => {
+    expect(reason('')).toBe('empty');
+    expect(reason('""')).toBe('empty');
+    expect(reason(';v=1')).toBe('empty');
+  });
+
+  it('H4: too long, measured after unescaping, default limit 255', () => {
+    expect(key('a'.repeat(255))).toEqual({ key: 'a'.repeat(255) });
+    expect(reason('a'.repeat(256))).toBe('too-long');
+    expect(reason('abcdef', 5)).toBe('too-long');
+    expect(key('"ab\\"c"', 4)).toEqual({ key: 'ab"c' });
+  });
+
+  it('H4: non-printable and non-ASCII', () => {
+    expect(reason('abc\u0001')).toBe('non-printable');
+    expect(reason('abc\u007f')).toBe('non-printable');
+    expect(reason('"ab\tc"')).toBe('non-printable');
+    expect(reason('clé')).toBe('non-ascii');
+    expect(reason('"ключ"')).toBe('non-ascii');
+  });
+
+  it('H4: malformed quoting', () => {
+    expect(reason('"abc')).toBe('malformed-quoting');
+    expect(reason('"abc"def')).toBe('malformed-quoting');
+    expect(reason('"a\\bc"')).toBe('malformed-quoting');
+    expect(reason('ab"c')).toBe('malformed-quoting');
+    expect(reason('ab\\c')).toBe('malformed-quoting');
+    expect(reason('"abc";v="x')).toBe('malformed-quoting');
+  });
+
+  it('H4: several values, as repeated lines or a comma list', () => {
+    expect(reason(['a', 'b'])).toBe('several-values');
+    expect(reason(['a', 'a'])).toBe('several-values');
+    expect(reason('a, b')).toBe('several-values');
+    expect(reason('"a", "b"')).toBe('several-values');
+    expect(reason('a,b')).toBe('several-values');
+    expect(key(['only'])).toEqual({ key: 'only' });
+  });
+
+  it('H4: errors are typed key-invalid with a reason', () => {
+    const result = key('');
+    expect(result.key).toBeUndefined();
+    const error = (result as { error: IdempotencyKeyError }).error;
+    expect(error).toBeInstanceOf(IdempotencyKeyError);
+    expect(error.code).toBe('key-invalid');
+    expect(error.status).toBe(400);
+  });
+});
