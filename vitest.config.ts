@@ -1,12 +1,21 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
+const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
+
 export default defineConfig({
+  resolve: {
+    // Examples and docs snippets import the package by name; tests run them from source.
+    alias: [
+      { find: /^idempotency-kit$/, replacement: here('./src/index.ts') },
+      { find: /^idempotency-kit\/(node|express|fastify|koa)$/, replacement: here('./adapters/$1.ts') },
+      { find: /^idempotency-kit\/drivers\/(.*)$/, replacement: here('./drivers/$1.ts') },
+    ],
+  },
   test: {
     include: ['test/**/*.test.ts'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
-    // Store suites share real servers; files run in parallel, tests in a file in order.
-    fileParallelism: true,
     reporters: ['default'],
   },
 });

@@ -1,0 +1,62 @@
+/**
+ * `npm start`: the payments demo. ADAPTER=node|express|fastify|koa (default node),
+ * IDEMPOTENCY_STORE=<url> (default an SQLite file under .data/), PORT (default 3000).
+ */
+import type http from 'node:http';
+import { createStore } from 'idempotency-kit';
+import { createPayments } from './payments.js';
+
+export const DEFAULT_STORE = 'sqlite://./.data/idempotency.sqlite';
+export const ADAPTERS = ['node', 'express', 'fastify', 'koa'] as const;
+export type AdapterName = (typeof ADAPTERS)[number];
+
+export async function startDemo(options: {
+  adapter?: string;
+  storeUrl?: string;
+  port?: number;
+  balancesFile?: string;
+  workMs?: number;
+}): Promise<{ server: http.Server; url: string; close: () => Promise<void>; payments: ReturnType<typeof createPayments> }> {
+  const adapter = (options.adapter ?? 'node') as AdapterName;
+  if (!ADAPTERS.includes(adapter)) {
+    throw new TypeError(`ADAPTER must be one of ${ADAPTERS.join(', ')}, got ${JSON.stringify(options.adapter)}`);
+  }
+  const store = createStore(options.storeUrl ?? DEFAULT_STORE);
+  const payments = createPayments({ file: options.balancesFile, workMs: options.workMs });
+  const app = (await import(`./apps/${adapter}.js`)) as { createServer: (deps: unknown) => Promise<http.Server> };
+  const server = await app.createServer({ store, payments });
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
+  const address = server.address() as { port: number };
+  return {
+    server,
+    payments,
+    url: `http://127.0.0.1:${address.port}`,
+    close: async () => {
+      await new Promise((resolve) => server.close(resolve));
+      await store.close();
+    },
+  };
+}
+
+const isMain = process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/').split('/').pop()!);
+if (isMain) {
+  const storeUrl = process.env.IDEMPOTENCY_STORE ?? DEFAULT_STORE;
+  const demo = await startDemo({
+    adapter: process.env.ADAPTER,
+    storeUrl,
+    port: Number(process.env.PORT ?? 3000),
+    balancesFile: './.data/balances.json',
+  });
+  const url = demo.url;
+  console.log(`idempotency-kit demo (${process.env.ADAPTER ?? 'node'} adapter, store ${storeUrl}) on ${url}
+
+  curl -s ${url}/accounts/acc_1
+  curl -si -X POST ${url}/accounts/acc_1/debits -H 'content-type: application/json' \\
+       -H 'Idempotency-Key: order-42' -d '{"amount":1000}'
+  # send the same POST again: same answer, Idempotent-Replayed: true, balance still 9000
+  npm run demo:storm   # 50 identical debits at once, protected vs unprotected
+`);
+  const stop = () => void demo.close().then(() => process.exit(0));
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+}
