@@ -250,17 +250,25 @@ export function withIdempotency<Req extends IncomingMessage = IncomingMessage, R
       return;
     }
     let raw: Buffer | undefined;
-    const decision = await layer.begin({
-      method: req.method ?? 'GET',
-      url: req.url ?? '/',
-      headers: req.headers,
-      keyHeaderLines: keyHeaderLines(req, layer.headerName),
-      body: async () => {
-        raw = await readBody(req, layer.maxBodyBytes);
-        return raw;
-      },
-      raw: req,
-    });
+    let decision;
+    try {
+      decision = await layer.begin({
+        method: req.method ?? 'GET',
+        url: req.url ?? '/',
+        headers: req.headers,
+        keyHeaderLines: keyHeaderLines(req, layer.headerName),
+        body: async () => {
+          raw = await readBody(req, layer.maxBodyBytes);
+          return raw;
+        },
+        raw: req,
+      });
+    } catch (error) {
+      // The client went away while we read its body, or a `scope` / `fingerprint`
+      // function threw: nothing was claimed, so there is nothing to release.
+      onError(error, req, res);
+      return;
+    }
     if (raw !== undefined) {
       restoreBody(req, raw);
       (req as { body?: unknown }).body ??= parseBody(raw, req.headers['content-type']);
