@@ -18,12 +18,15 @@ import { BodyTooLargeError } from '../src/errors.js';
 import { Idempotency, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import type { HttpResponse } from '../src/problem.js';
 
-export type NodeHandler<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse> = (
+/** The request a wrapped handler receives: the body is still readable, and parsed on `req.body`. */
+export type IdempotentRequest = IncomingMessage & { body?: unknown };
+
+export type NodeHandler<Req extends IncomingMessage = IdempotentRequest, Res extends ServerResponse = ServerResponse> = (
   req: Req,
   res: Res,
 ) => unknown;
 
-export interface NodeIdempotencyOptions<Req extends IncomingMessage = IncomingMessage> extends IdempotencyOptions<Req> {
+export interface NodeIdempotencyOptions<Req extends IncomingMessage = IdempotentRequest> extends IdempotencyOptions<Req> {
   /**
    * Called when the wrapped handler throws or rejects (after the key was released, H10).
    * @default answers 500 if nothing was sent yet, else destroys the response
@@ -236,7 +239,7 @@ export function keyHeaderLines(req: IncomingMessage, headerName: string): string
  * Wrap a Node `http` handler. Covered requests (POST and PATCH by default) with an
  * Idempotency-Key run once; repeats get the stored response.
  */
-export function withIdempotency<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
+export function withIdempotency<Req extends IncomingMessage = IdempotentRequest, Res extends ServerResponse = ServerResponse>(
   handler: NodeHandler<Req, Res>,
   options: NodeIdempotencyOptions<Req> | Idempotency<Req>,
 ): (req: Req, res: Res) => Promise<void> {

@@ -200,6 +200,24 @@ describe('engine', () => {
     expect((error as Error).message).toMatch(/timed out after 500 ms/);
   });
 
+  it('S7: the store only ever sees a hash of (scope, key), never the client text', async () => {
+    const seen: string[] = [];
+    const inner = memoryStore({ sweepIntervalMs: 0 });
+    const recording: IdempotencyStore = {
+      ...inner,
+      claim: (key, request, leaseMs) => {
+        seen.push(key);
+        return inner.claim(key, request, leaseMs);
+      },
+    };
+    const { engine } = setup({ store: recording });
+    const hostile = "k'; DROP TABLE records; -- *?[] \"";
+    await engine.acquire(hostile, 'tenant', 'fp');
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(seen[0]).not.toContain('DROP');
+  });
+
   it('events: a throwing listener never changes the outcome', async () => {
     const engine = new Engine({
       store: memoryStore({ sweepIntervalMs: 0 }),
