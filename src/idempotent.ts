@@ -6,85 +6,150 @@
  * const handle = idempotent(chargeCard, { store, key: (msg) => msg.id });
  * await handle(msg); // a redelivery of msg returns the first result, chargeCard is not called
  */
+import { createHash } from 'node:crypto';
 import { Engine, type EngineOptions } from './engine.js';
 import { IdempotencyKeyError, ResultNotStorableError, StoreUnavailableError } from './errors.js';
 import { hashValue } from './fingerprint.js';
 import { deserializeResult, serializeResult } from './serialize.js';
 import { assertFunction } from './validate.js';
 
-export interface IdempotentOptions<Args extends unknown[]> extends EngineOptions {
-  /** The idempotency key of a call, e.g. a message id. */
+// `any` is needed for the constraint: `unknown[]` parameters would reject every fn that
+// declares a parameter type (parameters are contravariant).
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type AnyFunction = (...args: any[]) => unknown;
+
+export interface IdempotentOptions<Args extends readonly unknown[]> extends EngineOptions {
+  /**
+   * The idempotency key of a call, from its arguments: e.g. `(msg) => msg.properties.messageId`.
+   * Keys are hashed before they reach the store (S7), so any length is fine. Returning
+   * `undefined`, `null` or `''` rejects the call with IdempotencyKeyError before fn runs.
+   */
   key: (...args: Args) => string;
-  /** The tenant of a call; the same key in two scopes is two records. */
+  /** The tenant of a call; the same key in two scopes is two records (H15). */
   scope?: (...args: Args) => string | undefined;
   /**
-   * What identifies the request behind the key; a later call with the same key and a
-   * different fingerprint throws IdempotencyMismatchError (C3). By default only the key
-   * counts, because brokers change delivery metadata (redelivered flags, delivery tags)
-   * between deliveries of the same message.
+   * What identifies the request behind the key, e.g. the message body; a later call with
+   * the same key and a different fingerprint throws IdempotencyMismatchError (C3). Bytes
+   * (a Buffer) are hashed as they are, anything else canonically (object key order does
+   * not matter). By default only the key counts, because brokers change delivery
+   * metadata (redelivered flags, delivery tags) between deliveries of the same message.
    */
   fingerprint?: (...args: Args) => unknown;
 }
 
-const RESULT_STATUS = 200;
+/** The wrapper `idempotent(fn)` returns: fn's parameters and `this`, always async. */
+export type IdempotentFunction<F extends AnyFunction> = (
+  this: ThisParameterType<F>,
+  ...args: Parameters<F>
+) => Promise<Awaited<ReturnType<F>>>;
 
-export function idempotent<Args extends unknown[], R>(
-  fn: (...args: Args) => R | Promise<R>,
-  options: IdempotentOptions<Args>,
-): (...args: Args) => Promise<Awaited<R>> {
+// The status a stored result carries. Records are shared with the HTTP layer's store;
+// the fingerprint prefix below keeps a function record from ever replaying to HTTP.
+const RESULT_STATUS = 200;
+const FINGERPRINT_PREFIX = 'fn:';
+
+const show = (value: unknown): string =>
+  typeof value === 'string' ? JSON.stringify(value) : typeof value === 'bigint' ? `${value}n` : String(value);
+
+function fingerprintOf(value: unknown): string {
+  if (value instanceof Uint8Array) {
+    return FINGERPRINT_PREFIX + createHash('sha256').update('b').update(value).digest('base64url');
+  }
+  return FINGERPRINT_PREFIX + hashValue(value);
+}
+
+/**
+ * Wrap `fn` so that calls with the same key run it once (C1–C3). The wrapper keeps fn's
+ * parameter types and returns a promise of fn's result:
+ *
+ * - first call: fn runs; its result is stored and returned;
+ * - repeat (same key and fingerprint): the stored result is returned, fn is not called;
+ * - repeat while the first is still running: waits up to `wait` ms for its result, then
+ *   throws IdempotencyConflictError (`retryable`: redeliver later);
+ * - same key, different fingerprint: IdempotencyMismatchError;
+ * - fn throws: the key is released and fn's error is rethrown as it is, so a retry runs fn again.
+ *
+ * Results round-trip through {@link serializeResult}: JSON values, `undefined`, `Date`,
+ * `Buffer` / `Uint8Array`, `Map`, `Set`, `bigint`. A result that cannot be stored (a
+ * function, a class instance, a cycle) throws ResultNotStorableError after fn ran; see
+ * there for why fn still never runs twice.
+ */
+export function idempotent<F extends AnyFunction>(fn: F, options: IdempotentOptions<Parameters<F>>): IdempotentFunction<F> {
   assertFunction('fn', fn);
   const engine = new Engine(options);
-  assertFunction('key', options.key);
-  if (options.scope !== undefined) assertFunction('scope', options.scope);
-  if (options.fingerprint !== undefined) assertFunction('fingerprint', options.fingerprint);
-  const { key: keyOf, scope: scopeOf, fingerprint: fingerprintOf } = options;
+  const { key: keyFn, scope: scopeFn, fingerprint: fingerprintFn } = options;
+  if (typeof keyFn !== 'function') {
+    throw new TypeError(
+      `Expected \`key\` to be a function that returns the key from the arguments, e.g. \`(msg) => msg.id\`, got ${show(keyFn)}`,
+    );
+  }
+  if (scopeFn !== undefined) assertFunction('scope', scopeFn);
+  if (fingerprintFn !== undefined) assertFunction('fingerprint', fingerprintFn);
 
-  return async function idempotentCall(...args: Args): Promise<Awaited<R>> {
-    const key = keyOf(...args);
+  return async function idempotentCall(this: ThisParameterType<F>, ...args: Parameters<F>): Promise<Awaited<ReturnType<F>>> {
+    // Everything about the call is checked before fn can run.
+    const key: unknown = keyFn(...args);
     if (key === undefined || key === null) throw new IdempotencyKeyError(undefined, 'The key function returned no key.');
-    if (typeof key !== 'string') {
-      throw new TypeError(`Expected \`key(...args)\` to return a string, got ${typeof key}`);
-    }
+    if (typeof key !== 'string') throw new TypeError(`Expected \`key()\` to return a string, got ${show(key)}`);
     if (key === '') throw new IdempotencyKeyError('empty', 'The key function returned an empty key.');
-    const scope = scopeOf?.(...args);
-    const fingerprint = fingerprintOf ? hashValue(fingerprintOf(...args)) : '';
+    const scope: unknown = scopeFn?.(...args);
+    if (scope !== undefined && typeof scope !== 'string') {
+      throw new TypeError(`Expected \`scope()\` to return a string or undefined, got ${show(scope)}`);
+    }
+    const fingerprint = fingerprintFn ? fingerprintOf(fingerprintFn(...args)) : FINGERPRINT_PREFIX;
+    const run = () => fn.apply(this, args) as Promise<Awaited<ReturnType<F>>>;
+
     let acquired;
     try {
       acquired = await engine.acquire(key, scope, fingerprint);
     } catch (error) {
       if (error instanceof StoreUnavailableError && engine.options.onStoreError === 'continue') {
         engine.emit({ type: 'unprotected', key, scope, error });
-        return (await fn(...args)) as Awaited<R>;
+        return await run();
       }
       throw error;
     }
-    if (acquired.type === 'replay') return deserializeResult(acquired.record.response.body!) as Awaited<R>;
+    if (acquired.type === 'replay') {
+      // A completed record without a body is answered by the engine (not-replayable).
+      return deserializeResult(acquired.record.response.body!) as Awaited<ReturnType<F>>;
+    }
 
     const { lease } = acquired;
-    let result: Awaited<R>;
+    let result: Awaited<ReturnType<F>>;
     try {
-      result = await fn(...args);
+      result = await run();
     } catch (error) {
       // C3: release so that a redelivery runs fn again; the caller sees fn's own error.
+      // A lost lease is reported by the lease itself (lease-lost); a store failure here
+      // leaves the record to expire after leaseMs, which also lets a retry run fn.
       await lease.release().catch((releaseError: unknown) =>
         engine.emit({ type: 'store-error', key, scope, operation: 'release', error: releaseError }),
       );
       throw error;
     }
+
     let body: Uint8Array | null;
+    let notStorable: ResultNotStorableError | undefined;
     try {
       body = serializeResult(result);
     } catch (error) {
       if (!(error instanceof ResultNotStorableError)) throw error;
-      // fn's effect has happened: never release (that would run it twice). The record
-      // completes without a result, so a repeat gets ResponseNotReplayableError.
+      // fn's effect has happened: releasing would let a retry run it twice. The record
+      // completes without a result instead, so a repeat gets ResponseNotReplayableError.
       body = null;
-      engine.emit({ type: 'store-error', key, scope, operation: 'complete', error });
+      notStorable = new ResultNotStorableError(
+        `fn ran, but its result cannot be stored: ${error.message}. The key ${show(key)} was completed without a ` +
+          'result, so a repeat call throws ResponseNotReplayableError and fn does not run again. Return plain data ' +
+          '(JSON values, undefined, Date, Buffer, Uint8Array, Map, Set, bigint); the result is on `error.result`.',
+        { result, cause: error },
+      );
     }
-    // A store failure here must not hide fn's result: the effect happened (H16).
+    // A store failure here must not hide fn's result: the effect happened (H16). A lost
+    // lease (H18) refuses the write and emits lease-lost; the caller still gets its result.
     await lease
       .complete({ status: RESULT_STATUS, headers: {}, body })
       .catch((error: unknown) => engine.emit({ type: 'store-error', key, scope, operation: 'complete', error }));
+    if (notStorable) throw notStorable;
     return result;
   };
 }

@@ -12,12 +12,19 @@ const TAG = '\u0000t';
 
 type Encoded = null | boolean | number | string | Encoded[] | { [key: string]: Encoded };
 
+// `out[k] = v` with k === '__proto__' would replace the prototype instead of storing a
+// member (JSON.parse creates such members as own properties, so results can carry them).
+function setOwn(target: Record<string, unknown>, key: string, value: unknown): void {
+  if (key === '__proto__') Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+  else target[key] = value;
+}
+
 function encode(value: unknown, path: string, stack: Set<object>): Encoded {
   if (value === null || typeof value === 'boolean' || typeof value === 'string') return value;
   if (value === undefined) return { [TAG]: 'u' };
   if (typeof value === 'number') {
     if (Number.isFinite(value) && !Object.is(value, -0)) return value;
-    return { [TAG]: 'n', v: String(value) };
+    return { [TAG]: 'n', v: Object.is(value, -0) ? '-0' : String(value) };
   }
   if (typeof value === 'bigint') return { [TAG]: 'b', v: value.toString() };
   if (typeof value !== 'object') {
@@ -30,7 +37,8 @@ function encode(value: unknown, path: string, stack: Set<object>): Encoded {
     if (value instanceof Uint8Array) {
       return { [TAG]: Buffer.isBuffer(value) ? 'B' : 'U', v: Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64') };
     }
-    if (Array.isArray(value)) return value.map((v, i) => encode(v, `${path}[${i}]`, stack));
+    // Array.from visits holes (as undefined), which map() would skip and JSON turn into null.
+    if (Array.isArray(value)) return Array.from(value, (v, i) => encode(v, `${path}[${i}]`, stack));
     if (value instanceof Map) {
       return { [TAG]: 'm', v: [...value].map(([k, v], i) => [encode(k, `${path}<key ${i}>`, stack), encode(v, `${path}<value ${i}>`, stack)]) };
     }
@@ -41,7 +49,7 @@ function encode(value: unknown, path: string, stack: Set<object>): Encoded {
       throw new ResultNotStorableError(`Cannot store an instance of ${name} at ${path}; return plain data`);
     }
     const out: Record<string, Encoded> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = encode(v, `${path}.${k}`, stack);
+    for (const [k, v] of Object.entries(value)) setOwn(out, k, encode(v, `${path}.${k}`, stack));
     return TAG in out ? { [TAG]: 'o', v: out } : out;
   } finally {
     stack.delete(value);
@@ -54,7 +62,7 @@ function decode(value: Encoded): unknown {
   const tag = value[TAG];
   if (tag === undefined) {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = decode(v);
+    for (const [k, v] of Object.entries(value)) setOwn(out, k, decode(v));
     return out;
   }
   const v = value.v;
@@ -77,7 +85,7 @@ function decode(value: Encoded): unknown {
       return new Set((v as Encoded[]).map(decode));
     case 'o': {
       const out: Record<string, unknown> = {};
-      for (const [k, x] of Object.entries(v as Record<string, Encoded>)) out[k] = decode(x);
+      for (const [k, x] of Object.entries(v as Record<string, Encoded>)) setOwn(out, k, decode(x));
       return out;
     }
     default:
