@@ -106,8 +106,12 @@ export class BodyTooLargeError extends IdempotencyError {
 /** C1: `idempotent()` was given a result (or arguments) it cannot store faithfully. */
 export class ResultNotStorableError extends IdempotencyError {
   override name = 'ResultNotStorableError';
-  constructor(message: string) {
-    super('result-not-storable', 500, message);
+  /** The value fn returned, when fn ran (its effect happened) but the value could not be stored. */
+  declare readonly result: unknown;
+  constructor(message: string, options?: { result?: unknown; cause?: unknown }) {
+    super('result-not-storable', 500, message, { cause: options?.cause });
+    // Not enumerable: a logged error should not dump a large result.
+    if (options && 'result' in options) Object.defineProperty(this, 'result', { value: options.result });
   }
 }
 
