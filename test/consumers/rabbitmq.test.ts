@@ -5,6 +5,10 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import amqp, { type ChannelModel, type ConfirmChannel } from 'amqplib';
@@ -294,6 +298,71 @@ describe.skipIf(!available)('RabbitMQ consumers over a shared store', () => {
       await channel.deleteQueue(exampleQueue).catch(() => {});
       await channel.deleteQueue(`${exampleQueue}.dead`).catch(() => {});
       await db.query(`DROP TABLE IF EXISTS ${exampleTable}`);
+    }
+  }, 40_000);
+
+  it('docs/consumers.md: the RabbitMQ consumer a user copies runs as written (two copies, each order shipped once)', async () => {
+    const docs = readFileSync(new URL('../../docs/consumers.md', import.meta.url), 'utf8');
+    const section = docs.slice(docs.indexOf('## A RabbitMQ consumer to copy'));
+    const snippet = /```ts\n([\s\S]*?)```/.exec(section)![1]!;
+    const docQueue = `${queue}-docs`;
+    const docTable = `${table}_docs`;
+    // The snippet as written; only the package import (not installed under its own name
+    // here), the queue and the table names are replaced, so that runs do not collide.
+    const resolve = createRequire(import.meta.url).resolve;
+    const source = snippet
+      .replace("from 'idempotency-kit'", `from ${JSON.stringify(fileURLToPath(new URL('../../src/index.ts', import.meta.url)))}`)
+      .replace("from 'amqplib'", `from ${JSON.stringify(resolve('amqplib'))}`)
+      .replace("from 'pg'", `from ${JSON.stringify(resolve('pg'))}`)
+      .replaceAll("'orders.dead'", `'${docQueue}.dead'`)
+      .replaceAll("'orders'", `'${docQueue}'`)
+      .replaceAll('INSERT INTO shipments', `INSERT INTO ${docTable}`);
+    expect(source).not.toMatch(/'orders|INTO shipments/);
+    // .mts: outside the package, a .ts file would load as CommonJS (no top-level await).
+    const file = join(tmpdir(), `consumers-doc-${run}.mts`);
+    writeFileSync(file, source);
+    await db.query(`CREATE TABLE ${docTable} (id serial PRIMARY KEY, message_id text NOT NULL, sku text, quantity int)`);
+    try {
+      const env = { STORE_URL, DATABASE_URL: POSTGRES_URL };
+      const copies = ['a', 'b'].map((name) => spawnTs(`docs-${name}`, file, env));
+      procs.push(...copies);
+      const alive = () => {
+        const dead = copies.find((c) => c.child.exitCode !== null || c.child.signalCode !== null);
+        if (dead) throw new Error(`${dead.name} exited:\n${dead.stderr.join('\n')}`);
+      };
+      await until('the snippet to declare its queue', async () => {
+        alive();
+        const probe = await connection.createChannel();
+        probe.on('error', () => {});
+        const ok = await probe.checkQueue(docQueue).then(() => true, () => false);
+        if (ok) await probe.close();
+        return ok;
+      }, 20_000);
+      await until('both copies to consume', async () => (await channel.checkQueue(docQueue)).consumerCount === 2, 20_000);
+      const orders = Array.from({ length: 20 }, (_, i) => ({ id: `${run}-doc-${i}`, sku: `sku-${i % 3}`, quantity: 1 + i }));
+      for (let copy = 0; copy < 3; copy++) {
+        for (const order of orders) await publish(docQueue, order.id, order);
+      }
+      await channel.waitForConfirms();
+      await until('the snippet to drain its queue', async () => {
+        alive();
+        const { messageCount } = await channel.checkQueue(docQueue);
+        const { rows } = await db.query<{ n: string }>(`SELECT count(*) AS n FROM ${docTable}`);
+        return messageCount === 0 && Number(rows[0]!.n) >= orders.length;
+      }, 20_000);
+      await new Promise((r) => setTimeout(r, 300)); // a late duplicate would show now
+      const { rows } = await db.query<{ effects: string; distinct_ids: string }>(
+        `SELECT count(*) AS effects, count(DISTINCT message_id) AS distinct_ids FROM ${docTable}`,
+      );
+      expect(rows[0]).toEqual({ effects: String(orders.length), distinct_ids: String(orders.length) });
+      expect((await channel.checkQueue(`${docQueue}.dead`)).messageCount).toBe(0);
+      expect(copies.flatMap((c) => c.stderr)).toEqual([]);
+    } finally {
+      for (const p of procs) p.kill('SIGKILL');
+      rmSync(file, { force: true });
+      await channel.deleteQueue(docQueue).catch(() => {});
+      await channel.deleteQueue(`${docQueue}.dead`).catch(() => {});
+      await db.query(`DROP TABLE IF EXISTS ${docTable}`);
     }
   }, 40_000);
 });
