@@ -33,6 +33,11 @@ export interface MemoryStoreOptions {
   now?: () => number;
   /** Warn when NODE_ENV is production (one process only). @default true */
   warnInProduction?: boolean;
+  /**
+   * Keep the records in this (empty) Map, e.g. `createStore(new Map())`. `close()` clears it.
+   * @default a new Map
+   */
+  map?: Map<string, IdempotencyRecord>;
 }
 
 function isLive(record: IdempotencyRecord, now: number): boolean {
@@ -54,8 +59,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     );
   }
 
+  if (options.map !== undefined && (!(options.map instanceof Map) || options.map.size > 0)) {
+    throw new TypeError('Expected `map` to be an empty Map');
+  }
   // Map keeps insertion order, so the first entries are the oldest: cheap eviction.
-  const records = new Map<string, IdempotencyRecord>();
+  const records = options.map ?? new Map<string, IdempotencyRecord>();
 
   const sweep = (): void => {
     const t = now();

@@ -13,7 +13,12 @@ export interface ContractTarget {
    * A store whose backend fails (unreachable server, full memory): every call must
    * reject (S4), within a bounded time (S6).
    */
-  broken: () => Promise<{ store: IdempotencyStore; failingKey: string }>;
+  broken: () => Promise<{
+    store: IdempotencyStore;
+    failingKey: string;
+    /** Network and file stores: get, complete, release and extend must reject too. */
+    allOperations?: boolean;
+  }>;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -172,11 +177,24 @@ export function storeContract(name: string, target: ContractTarget | undefined):
     });
 
     it('S4/S6: a failing backend rejects every call within a bounded time, never "not found"', async () => {
-      const { store: broken, failingKey } = await target!.broken();
+      const { store: broken, failingKey, allOperations } = await target!.broken();
       try {
         const started = Date.now();
         await expect(broken.claim(failingKey, claimOf('t'), 5000)).rejects.toThrow();
         expect(Date.now() - started).toBeLessThan(5000);
+        if (allOperations) {
+          const calls: Array<[string, () => Promise<unknown>]> = [
+            ['get', () => broken.get(failingKey)],
+            ['complete', () => broken.complete(failingKey, 't', response(), 60_000)],
+            ['release', () => broken.release(failingKey, 't')],
+            ['extend', () => broken.extend(failingKey, 't', 5000)],
+          ];
+          for (const [operation, call] of calls) {
+            const t0 = Date.now();
+            await expect(call(), `${operation} must reject`).rejects.toThrow();
+            expect(Date.now() - t0).toBeLessThan(5000);
+          }
+        }
       } finally {
         await broken.close().catch(() => undefined);
       }

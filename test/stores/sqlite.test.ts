@@ -1,0 +1,140 @@
+import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import KeyvSqlite from '@keyv/sqlite';
+import Keyv from 'keyv';
+import { afterAll, describe, expect, it } from 'vitest';
+import { sqlitePathFromUrl, sqliteStore } from '../../drivers/sqlite.js';
+import { storeContract } from '../helpers/store-contract.js';
+
+const dir = await mkdtemp(path.join(tmpdir(), 'idempotency-kit-sqlite-'));
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+const claimOf = (token: string) => ({ token, fingerprint: 'fp', createdAt: Date.now() });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+// A file that is not a database: every statement fails, and must say so (S4).
+const broken = async () => {
+  const file = path.join(dir, `not-a-database-${randomUUID()}.db`);
+  await writeFile(file, 'this is not an SQLite database, just text '.repeat(100));
+  return { store: sqliteStore({ url: `sqlite://${file}` }), failingKey: 'k', allOperations: true };
+};
+
+storeContract('sqlite', { create: async () => sqliteStore({ url: `sqlite://${path.join(dir, 'contract.db')}` }), broken });
+storeContract('sqlite :memory:', { create: async () => sqliteStore({ url: 'sqlite://:memory:' }), broken });
+
+describe('sqlite store specifics', () => {
+  it('parses sqlite:// URLs: relative, absolute and :memory:', () => {
+    expect(sqlitePathFromUrl('sqlite://./.data/idempotency.sqlite')).toBe('./.data/idempotency.sqlite');
+    expect(sqlitePathFromUrl('sqlite://relative/path.db')).toBe('relative/path.db');
+    expect(sqlitePathFromUrl('sqlite:///absolute/path.db')).toBe('/absolute/path.db');
+    expect(sqlitePathFromUrl('sqlite://:memory:')).toBe(':memory:');
+    expect(() => sqlitePathFromUrl('sqlite://')).toThrow(/Expected a file after sqlite:\/\//);
+    expect(() => sqlitePathFromUrl('sqlite:relative.db')).toThrow(/sqlite:\/\/relative\/path\.db/);
+  });
+
+  it('creates missing parent directories for a relative path (the demo URL form)', async () => {
+    const nested = path.relative(process.cwd(), path.join(dir, 'nested', 'deeper', 'idempotency.sqlite'));
+    const store = sqliteStore({ url: `sqlite://./${nested}` });
+    expect((await store.claim('k', claimOf('t'), 5000)).claimed).toBe(true);
+    await store.close();
+    expect(existsSync(path.join(dir, 'nested', 'deeper', 'idempotency.sqlite'))).toBe(true);
+  });
+
+  it('S5: switches the file to WAL and keeps a documented schema', async () => {
+    const file = path.join(dir, 'schema.db');
+    const store = sqliteStore({ url: `sqlite://${file}`, table: 'idem_records' });
+    await store.claim('k', claimOf('t'), 5000);
+    await store.close();
+    const probe = new KeyvSqlite({ uri: `sqlite://${file}` });
+    const [mode] = await probe.query('PRAGMA journal_mode');
+    expect(mode.journal_mode).toBe('wal');
+    const columns = (await probe.query('PRAGMA table_info(idem_records)')) as Array<{ name: string }>;
+    expect(columns.map((c) => c.name)).toEqual([
+      'key',
+      'state',
+      'fingerprint',
+      'token',
+      'created_at',
+      'expires_at',
+      'status',
+      'headers',
+      'body',
+    ]);
+    // S7: the stored key is a hash, never the caller's text
+    const rows = (await probe.query('SELECT key FROM idem_records')) as Array<{ key: string }>;
+    expect(rows).toHaveLength(1);
+    expect(rows[0]!.key).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    await probe.disconnect();
+  });
+
+  it('S2/H12: an empty body stays an empty body; a null body stays null', async () => {
+    const store = sqliteStore({ url: 'sqlite://:memory:' });
+    await store.claim('empty', claimOf('t'), 5000);
+    await store.complete('empty', 't', { status: 204, headers: {}, body: new Uint8Array() }, 60_000);
+    const record = await store.get('empty');
+    expect(record?.state === 'completed' && record.response.body).toEqual(new Uint8Array());
+    await store.close();
+  });
+
+  it('S3: the sweep deletes expired rows in batches and never a live one', async () => {
+    const file = path.join(dir, 'sweep.db');
+    const store = sqliteStore({ url: `sqlite://${file}`, sweepIntervalMs: 100, sweepBatchSize: 2 });
+    for (let i = 0; i < 5; i++) await store.claim(`old-${i}`, claimOf('t'), 50);
+    await store.claim('live', claimOf('t'), 60_000);
+    await sleep(450);
+    const probe = new KeyvSqlite({ uri: `sqlite://${file}` });
+    const rows = (await probe.query('SELECT token, expires_at FROM idempotency_kit_records')) as unknown[];
+    expect(rows).toHaveLength(1);
+    await probe.disconnect();
+    expect(await store.get('live')).toMatchObject({ token: 't' });
+    await store.close();
+  });
+
+  it('S3: get on an expired record does not delete it (a fresh takeover is never lost)', async () => {
+    const store = sqliteStore({ url: 'sqlite://:memory:', sweepIntervalMs: 0 });
+    await store.claim('k', claimOf('old'), 100);
+    await sleep(150);
+    expect(await store.get('k')).toBeUndefined();
+    expect((await store.claim('k', claimOf('new'), 5000)).claimed).toBe(true);
+    expect(await store.get('k')).toMatchObject({ token: 'new' });
+    await store.close();
+  });
+
+  it('runs on a @keyv/sqlite adapter or a Keyv instance it is given, and leaves them open', async () => {
+    const file = path.join(dir, 'adapter.db');
+    const adapter = new KeyvSqlite({ uri: `sqlite://${file}` });
+    const store = sqliteStore({ adapter });
+    const key = randomUUID();
+    expect((await store.claim(key, claimOf('a'), 5000)).claimed).toBe(true);
+    await store.close();
+    // the adapter still works for its owner
+    await adapter.set('x', 'y');
+    expect(await adapter.get('x')).toBe('y');
+
+    const keyv = new Keyv(adapter);
+    const viaKeyv = sqliteStore({ keyv });
+    expect((await viaKeyv.claim(key, claimOf('b'), 5000)).claimed).toBe(false);
+    await viaKeyv.close();
+    await adapter.disconnect();
+  });
+
+  it('rejects bad options with precise TypeErrors', () => {
+    expect(() => sqliteStore({ url: 'sqlite://x.db', timeoutMs: 0 })).toThrow('Expected `timeoutMs` to be a positive integer, got 0');
+    expect(() => sqliteStore({ url: 'sqlite://x.db', table: 'a; DROP TABLE b' })).toThrow(/Expected `table` to be an SQL identifier/);
+    expect(() => sqliteStore({ url: 'sqlite://x.db', sweepIntervalMs: -1 })).toThrow('Expected `sweepIntervalMs` to be a non-negative integer, got -1');
+    expect(() => sqliteStore({})).toThrow('Expected exactly one of `url`, `adapter` or `keyv`');
+    expect(() => sqliteStore({ adapter: {} as never })).toThrow(/@keyv\/sqlite adapter/);
+    expect(() => sqliteStore({ keyv: new Keyv() })).toThrow(/Keyv instance over a @keyv\/sqlite adapter/);
+  });
+
+  it('a closed store rejects calls', async () => {
+    const store = sqliteStore({ url: 'sqlite://:memory:' });
+    await store.close();
+    await expect(store.get('k')).rejects.toThrow(/closed/);
+  });
+});
