@@ -77,7 +77,8 @@ class Proc {
       };
       const timer = setTimeout(() => {
         this.#waiters = this.#waiters.filter((w) => w !== check);
-        reject(new Error(`${this.name}: timed out waiting for ${what}\n${this.stderr.join('\n')}`));
+        const last = this.lines.slice(-8).map((l) => JSON.stringify(l));
+        reject(new Error(`${this.name}: timed out waiting for ${what}\n${[...this.stderr, ...last].join('\n')}`));
       }, timeoutMs);
       this.#waiters.push(check);
       check();
@@ -169,23 +170,29 @@ describe.skipIf(!available)('RabbitMQ consumers over a shared store', () => {
     'C2/C3/H9/H17: 200 messages published twice, nacked, redelivered and orphaned by a killed consumer have exactly 200 effects',
     async () => {
       const started = Date.now();
-      // The doomed consumer starts first so that it gets its share; it never acks, and
-      // after 8 deliveries it hangs inside the handler (claim held) until it is killed.
+      // The doomed consumer runs alone first, so its deliveries are fresh: it never acks, and
+      // after 8 deliveries it hangs inside the handler (claim held and renewed) until killed.
       const doomed = spawnTs('doomed', WORKER, workerEnv('doomed', { DOOM_AFTER: '8', PREFETCH: '20' }));
       procs.push(doomed);
       await doomed.line('ready');
-      const workers = ['w1', 'w2'].map((name) => spawnTs(name, WORKER, workerEnv(name, { CHAOS: '1', PREFETCH: '15' })));
-      procs.push(...workers);
-      await Promise.all(workers.map((w) => w.line('ready')));
 
       const ids = Array.from({ length: MESSAGES }, (_, n) => `${run}-msg-${n}`);
       const bodyOf = (n: number) => ({ n, payload: `order ${n}` });
-      for (let copy = 0; copy < 2; copy++) {
-        for (const [n, id] of ids.entries()) await publish(queue, id, bodyOf(n));
-      }
+      // Every message twice: a third of the copies right behind their original (so that two
+      // consumers race on them), the rest after all originals.
+      const order = [...ids.keys()].flatMap((n) => (n % 3 === 0 ? [n, n] : [n]));
+      order.push(...[...ids.keys()].filter((n) => n % 3 !== 0));
+      expect(order).toHaveLength(2 * MESSAGES);
+      for (const n of order) await publish(queue, ids[n]!, bodyOf(n));
       await channel.waitForConfirms();
-
       const hung = await doomed.line('doomed');
+
+      const workers = ['w1', 'w2'].map((name) => spawnTs(name, WORKER, workerEnv(name, { CHAOS: '1', PREFETCH: '15' })));
+      procs.push(...workers);
+      await Promise.all(workers.map((w) => w.line('ready')));
+      // Kill it mid-run: the others are busy, and it holds 20 unacked deliveries (8 handled,
+      // 1 inside the handler, the rest not started).
+      await until('the others to be busy', () => workers.every((w) => w.lines.some((l) => l.ev === 'settle')), 10_000);
       doomed.kill('SIGKILL');
       await doomed.exited;
 
