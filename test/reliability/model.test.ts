@@ -10,7 +10,11 @@
  * - no cross-scope read: a replay carries the scope and key it was asked for.
  */
 import fc from 'fast-check';
-import { afterAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { sqliteStore } from '../../drivers/sqlite.js';
 import { memoryStore } from '../../drivers/memory.js';
 import { Engine, storageKey, type Lease } from '../../src/engine.js';
 import { IdempotencyConflictError, IdempotencyMismatchError, ResponseNotReplayableError } from '../../src/errors.js';
@@ -50,13 +54,15 @@ interface Model {
 }
 
 interface Real {
-  clock: { now: number };
-  engine: Engine;
-  store: IdempotencyStore;
+  /** One engine and store connection per actor, as if each were its own process. */
+  engines: Engine[];
+  stores: IdempotencyStore[];
   leases: Map<number, Lease>;
   lost: string[];
 }
 
+const dir = mkdtempSync(join(tmpdir(), 'idk-rel-model-'));
+let runs = 0;
 const stats = { failed: false, runs: 0, commands: 0, executions: 0, replays: 0, conflicts: 0, mismatches: 0, races: 0, lostWrites: 0 };
 
 function live(m: Model, skey: string): ModelRecord | undefined {
@@ -78,9 +84,9 @@ function predict(m: Model, skey: string, fingerprint: string): Outcome {
   return r.response!.body === null ? 'not-replayable' : 'replay';
 }
 
-async function realBegin(real: Real, key: string, scope: Scope, fingerprint: string) {
+async function realBegin(real: Real, actor: number, key: string, scope: Scope, fingerprint: string) {
   try {
-    const acquired = await real.engine.acquire(key, scope, fingerprint);
+    const acquired = await real.engines[actor]!.acquire(key, scope, fingerprint);
     if (acquired.type === 'execute') return { outcome: 'execute' as const, lease: acquired.lease };
     return { outcome: 'replay' as const, response: acquired.record.response };
   } catch (error) {
@@ -133,7 +139,7 @@ class Begin implements fc.AsyncCommand<Model, Real> {
     const skey = storageKey(this.scope, this.key);
     const expected = predict(m, skey, this.fingerprint);
     const expectedResponse = m.records.get(skey)?.response;
-    const got = await realBegin(real, this.key, this.scope, this.fingerprint);
+    const got = await realBegin(real, this.actor, this.key, this.scope, this.fingerprint);
     expect(got.outcome, this.toString()).toBe(expected);
     if (got.outcome === 'execute') {
       applyExecute(m, this.actor, skey, this.scope, this.key, this.fingerprint);
@@ -164,7 +170,7 @@ class Race implements fc.AsyncCommand<Model, Real> {
     const skey = storageKey(this.scope, this.key);
     const before = predict(m, skey, this.fingerprints[0]!);
     const expectedResponse = m.records.get(skey)?.response;
-    const results = await Promise.all(this.actors.map((_, i) => realBegin(real, this.key, this.scope, this.fingerprints[i]!)));
+    const results = await Promise.all(this.actors.map((a, i) => realBegin(real, a, this.key, this.scope, this.fingerprints[i]!)));
     const winners = results.flatMap((r, i) => (r.outcome === 'execute' ? [i] : []));
     if (before === 'execute') {
       // The key was free: exactly one racer runs; the others see its claim.
@@ -260,7 +266,7 @@ class Renew implements fc.AsyncCommand<Model, Real> {
     const r = live(m, skey);
     const owns = r?.state === 'processing' && r.owner === claim;
     const lease = real.leases.get(this.actor)!;
-    const ok = await real.store.extend(lease.storageKey, lease.token, LEASE_MS);
+    const ok = await real.stores[this.actor]!.extend(lease.storageKey, lease.token, LEASE_MS);
     expect(ok, this.toString()).toBe(owns);
     if (owns) r!.leaseUntil = m.now + LEASE_MS;
   }
@@ -274,9 +280,9 @@ class Advance implements fc.AsyncCommand<Model, Real> {
   check() {
     return true;
   }
-  async run(m: Model, real: Real) {
+  async run(m: Model) {
     m.now += this.ms;
-    real.clock.now += this.ms;
+    vi.setSystemTime(m.now);
   }
   toString() {
     return `advance(${this.ms} ms)`;
@@ -312,8 +318,11 @@ const commands = (actors: number) =>
 
 export interface ModelStoreFactory {
   name: string;
-  /** A fresh, empty store reading time from `clock.now`. */
-  create(clock: { now: number }): Promise<IdempotencyStore>;
+  /**
+   * Fresh, empty storage and one store object per actor over it (the same object where
+   * the store is in-process only). Stores read the clock from `Date.now()`, faked here.
+   */
+  create(actors: number): Promise<IdempotencyStore[]>;
   numRuns: number;
 }
 
@@ -324,29 +333,32 @@ export function runModel(factory: ModelStoreFactory): void {
         fc.integer({ min: 2, max: 5 }).chain((actors) => fc.tuple(fc.constant(actors), commands(actors))),
         async ([actors, cmds]) => {
           stats.runs++;
-          const clock = { now: 1_700_000_000_000 };
-          const store = await factory.create(clock);
+          const start = 1_700_000_000_000;
+          vi.setSystemTime(start);
+          const stores = await factory.create(actors);
           const lost: string[] = [];
-          const engine = new Engine({
-            store,
-            now: () => clock.now,
-            wait: 0,
-            leaseMs: LEASE_MS,
-            ttl: TTL_MS,
-            storeTimeoutMs: 10_000,
-            onEvent: (e) => {
-              if (e.type === 'lease-lost') lost.push(e.key);
-            },
-          });
-          const real: Real = { clock, engine, store, leases: new Map(), lost };
-          const model: Model = { now: clock.now, records: new Map(), held: new Map(), nextClaim: 1, actors };
+          const engines = stores.map(
+            (store) =>
+              new Engine({
+                store,
+                wait: 0,
+                leaseMs: LEASE_MS,
+                ttl: TTL_MS,
+                storeTimeoutMs: 10_000,
+                onEvent: (e) => {
+                  if (e.type === 'lease-lost') lost.push(e.key);
+                },
+              }),
+          );
+          const real: Real = { engines, stores, leases: new Map(), lost };
+          const model: Model = { now: start, records: new Map(), held: new Map(), nextClaim: 1, actors };
           try {
             await fc.asyncModelRun(() => ({ model, real }), cmds);
             stats.commands += [...cmds].length;
           } finally {
             // Stop the renewal timers of leases still held when the run ended.
             for (const lease of real.leases.values()) await lease.release().catch(() => false);
-            await store.close();
+            for (const store of new Set(stores)) await store.close();
           }
         },
       ),
@@ -360,7 +372,14 @@ export function runModel(factory: ModelStoreFactory): void {
 }
 
 describe('model-based test of the engine', () => {
+  // Only Date is faked: the engine and every store read the clock from Date.now(), and
+  // `advance` moves it; timers and I/O stay real.
+  beforeAll(() => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+  });
   afterAll(() => {
+    vi.useRealTimers();
+    rmSync(dir, { recursive: true, force: true });
     figure(
       `model: ${stats.runs} runs, ${stats.commands} commands, ${stats.executions} executions, ${stats.races} races, ` +
         `${stats.replays} replays checked, ${stats.conflicts} conflicts, ${stats.mismatches} mismatches, ${stats.lostWrites} fenced writes; ${stats.failed ? 'INVARIANT VIOLATED' : 'engine and model agreed'}`,
@@ -370,6 +389,19 @@ describe('model-based test of the engine', () => {
   runModel({
     name: 'memory',
     numRuns: 300,
-    create: async (clock) => memoryStore({ now: () => clock.now, sweepIntervalMs: 0 }),
+    create: async (actors) => {
+      const store = memoryStore({ sweepIntervalMs: 0 });
+      return Array.from({ length: actors }, () => store);
+    },
+  });
+
+  // Each actor has its own connection to one database file: races are real.
+  runModel({
+    name: 'SQLite (one connection per actor)',
+    numRuns: 150,
+    create: async (actors) => {
+      const file = join(dir, `model-${runs++}.sqlite`);
+      return Array.from({ length: actors }, () => sqliteStore({ url: `sqlite://${file}`, sweepIntervalMs: 0 }));
+    },
   });
 });
