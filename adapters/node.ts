@@ -13,7 +13,7 @@
  * }, { store })).listen(3000);
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import { Readable } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 import { BodyTooLargeError } from '../src/errors.js';
 import { Idempotency, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import type { HttpResponse } from '../src/problem.js';
@@ -220,6 +220,65 @@ export function captureResponse(res: ServerResponse, claim: HttpClaim): Response
     },
     detach,
   };
+}
+
+/**
+ * Whether something before us (a body parser) has already read the request body. Then the
+ * body is taken from the parser's result, and its declared length is checked instead.
+ */
+export function bodyConsumed(req: IncomingMessage): boolean {
+  return req.readableEnded;
+}
+
+/** A body read by someone else was not counted: refuse it by its declared length (413). */
+export function assertDeclaredLength(req: IncomingMessage, limit: number): void {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
+}
+
+/**
+ * Capture a response body stream (Koa's `ctx.body`, Fastify's payload) on its way out. The
+ * returned stream passes every chunk on and ends only once the response is stored, as
+ * captureResponse holds back `end`. Over `maxResponseBytes` the record completes without a
+ * body (H12). A failing source releases the claim, like a thrown error (H10); a consumer
+ * that goes away first (the client disconnected) completes it without a body (H12): the
+ * handler did run, so a retry must not run it again.
+ */
+export function captureStream(source: Readable, claim: HttpClaim, head: Omit<CapturedResponse, 'body'>): Readable {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let overflow = false;
+  let settled = false;
+  const settle = (outcome: () => Promise<void>): Promise<void> => {
+    if (settled) return Promise.resolve();
+    settled = true;
+    return outcome();
+  };
+  const tee = new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      if (!overflow) {
+        size += chunk.length;
+        if (size > claim.maxResponseBytes) {
+          overflow = true;
+          chunks.length = 0;
+        } else chunks.push(chunk);
+      }
+      callback(null, chunk);
+    },
+    flush(callback) {
+      void settle(() => claim.finish({ ...head, body: overflow ? null : Buffer.concat(chunks, size) })).then(() => callback());
+    },
+  });
+  source.once('error', (error) => {
+    void settle(() => claim.fail(error));
+    tee.destroy(error);
+  });
+  tee.once('close', () => {
+    void settle(() => claim.finish({ ...head, body: null }));
+    if (!source.destroyed) source.destroy();
+  });
+  source.pipe(tee);
+  return tee;
 }
 
 function defaultOnError(_error: unknown, _req: IncomingMessage, res: ServerResponse): void {

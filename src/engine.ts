@@ -186,6 +186,15 @@ export class Lease {
     this.#timer = undefined;
   }
 
+  /**
+   * Stop renewing without settling: the claim now ends with its lease unless `complete` or
+   * `release` comes first. For an owner that can no longer tell whether its handler will
+   * ever finish (the client went away), so the key frees like a crashed process's (H17).
+   */
+  abandon(): void {
+    this.#stop();
+  }
+
   /** Store the outcome for replay. Throws on store failure (after stopping renewal). */
   async complete(response: StoredResponse): Promise<boolean> {
     this.#settled = true;

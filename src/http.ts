@@ -81,6 +81,11 @@ export interface HttpClaim {
   finish(response: CapturedResponse): Promise<void>;
   /** The handler threw: release so a retry runs again (H10). Never throws. */
   fail(error?: unknown): Promise<void>;
+  /**
+   * Stop renewing the lease: the adapter can no longer tell whether the handler will
+   * finish (the connection closed first). `finish` still stores if it comes within the lease.
+   */
+  abandon(): void;
   readonly maxResponseBytes: number;
 }
 
@@ -120,6 +125,7 @@ export const defaultStoreResponse = (status: number): boolean => status < 500 &&
 const noopClaim = (maxResponseBytes: number): HttpClaim => ({
   async finish() {},
   async fail() {},
+  abandon() {},
   maxResponseBytes,
 });
 
@@ -265,6 +271,7 @@ export class Idempotency<Req = unknown> {
           report('release', error);
         }
       },
+      abandon: () => lease.abandon(),
     };
   }
 

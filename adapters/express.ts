@@ -1,0 +1,101 @@
+/**
+ * Express adapter: `idempotency(options)` middleware, app-wide or per route (Express 5 and 4).
+ * @module
+ * @example
+ * import express from 'express';
+ * import { createStore } from 'idempotency-kit';
+ * import { idempotency } from 'idempotency-kit/express';
+ *
+ * const app = express();
+ * app.use(express.json());
+ * app.use(idempotency({ store: createStore('redis://127.0.0.1:6379') }));
+ * app.post('/orders', async (req, res) => {
+ *   res.status(201).location(`/orders/42`).json({ id: 42, ...req.body });
+ * });
+ * app.listen(3000);
+ */
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { Idempotency, type IdempotencyOptions } from '../src/http.js';
+import {
+  assertDeclaredLength,
+  bodyConsumed,
+  captureResponse,
+  keyHeaderLines,
+  parseBody,
+  readBody,
+  restoreBody,
+  sendResponse,
+} from './node.js';
+
+/** The plugin options: every option of SPEC §6; `scope`, `fingerprint` get Express's `req`. */
+export type ExpressIdempotencyOptions = IdempotencyOptions<Request>;
+
+/**
+ * Protect the routes after it (`app.use(idempotency(options))`) or one route
+ * (`app.post('/orders', idempotency(options), handler)`).
+ *
+ * Place it after authentication (so `scope` can read the tenant) and either before or after
+ * `express.json()`: after a body parser it fingerprints `req.body`; before one, it reads the
+ * body itself and leaves it readable for the parser.
+ */
+export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Request>): RequestHandler {
+  const layer = options instanceof Idempotency ? options : new Idempotency<Request>(options);
+
+  return async function idempotency(req: Request, res: Response, next: NextFunction): Promise<void> {
+    if (!layer.covers(req.method)) {
+      next();
+      return;
+    }
+    let raw: Buffer | undefined;
+    let decision;
+    try {
+      decision = await layer.begin({
+        method: req.method,
+        // The full path even when mounted on a sub-router or prefix, for the fingerprint (H14).
+        url: req.originalUrl,
+        headers: req.headers,
+        keyHeaderLines: keyHeaderLines(req, layer.headerName),
+        body: async () => {
+          if (bodyConsumed(req)) {
+            assertDeclaredLength(req, layer.maxBodyBytes);
+            return req.body;
+          }
+          raw = await readBody(req, layer.maxBodyBytes);
+          return raw;
+        },
+        raw: req,
+      });
+    } catch (error) {
+      // The client left while we read its body, or `scope` / `fingerprint` threw: nothing
+      // was claimed. Express's error handling answers.
+      next(error);
+      return;
+    }
+    if (raw !== undefined) {
+      // Readable again for a body parser after us; parsed already for a handler without one.
+      restoreBody(req, raw);
+      req.body ??= parseBody(raw, req.headers['content-type']);
+    }
+    if (decision.type === 'respond') {
+      sendResponse(res, decision.response);
+      return;
+    }
+    if (decision.type === 'pass') {
+      next();
+      return;
+    }
+    const { claim } = decision;
+    // res.json, res.send, res.redirect, res.sendFile and Express's error handler all end in
+    // res.write / res.end: the response is stored (or released, H10) whoever writes it.
+    const capture = captureResponse(res, claim);
+    res.once('close', () => {
+      // Closed before anything ended the response: the client left (the handler may still
+      // finish and store its answer, H13) or an error after the headers went out made
+      // Express destroy the socket. Either way the claim now lives on its lease only.
+      if (!capture.ended) claim.abandon();
+    });
+    next();
+  };
+}
+
+export default idempotency;

@@ -1,0 +1,171 @@
+/**
+ * Fastify adapter: a plugin (Fastify 5) registered app-wide, with per-route opt-out or
+ * overrides through the route's `config.idempotency`.
+ * @module
+ * @example
+ * import Fastify from 'fastify';
+ * import { createStore } from 'idempotency-kit';
+ * import { idempotency } from 'idempotency-kit/fastify';
+ *
+ * const app = Fastify();
+ * await app.register(idempotency, { store: createStore('redis://127.0.0.1:6379') });
+ * app.post('/orders', async (request, reply) => reply.code(201).send({ id: 42 }));
+ * app.post('/pings', { config: { idempotency: false } }, async () => ({ ok: true }));
+ * await app.listen({ port: 3000 });
+ */
+import { Readable, Transform, pipeline } from 'node:stream';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { BodyTooLargeError } from '../src/errors.js';
+import { Idempotency, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
+import { captureStream, keyHeaderLines } from './node.js';
+
+/** Every option of SPEC §6; `scope` and `fingerprint` get the Fastify request. */
+export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>;
+
+/** A route's `config.idempotency`: `false` turns the layer off, an object overrides options. */
+export type FastifyRouteIdempotency = false | Partial<FastifyIdempotencyOptions>;
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * `false`: this route is not protected, even with a key (H1). An object: plugin
+     * options overridden for this route (`wait`, `required`, `scope`, ...).
+     */
+    idempotency?: FastifyRouteIdempotency;
+  }
+}
+
+interface Pending {
+  claim: HttpClaim;
+  settled: boolean;
+}
+
+type WebStream = Parameters<typeof Readable.fromWeb>[0];
+
+/** The bytes of a non-stream payload, as Fastify will write them. */
+function payloadBytes(payload: unknown): Uint8Array | undefined {
+  if (payload === null || payload === undefined) return new Uint8Array(0);
+  if (typeof payload === 'string') return Buffer.from(payload);
+  if (payload instanceof Uint8Array) return payload;
+  if (payload instanceof ArrayBuffer) return new Uint8Array(payload);
+  return undefined;
+}
+
+async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptions): Promise<void> {
+  // Options are checked now, at registration, not at the first request.
+  const layer = new Idempotency<FastifyRequest>(options);
+  const routeLayers = new WeakMap<object, Idempotency<FastifyRequest>>();
+  const pending = new WeakMap<FastifyRequest, Pending>();
+  const bodySizes = new WeakMap<FastifyRequest, () => number>();
+
+  const routeLayer = (override: FastifyRouteIdempotency | undefined): Idempotency<FastifyRequest> | undefined => {
+    if (override === undefined) return layer;
+    if (override === false) return undefined;
+    if (typeof override !== 'object' || override === null) {
+      throw new TypeError(`Expected route \`config.idempotency\` to be false or an options object, got ${String(override)}`);
+    }
+    let found = routeLayers.get(override);
+    if (!found) routeLayers.set(override, (found = layer.with(override)));
+    return found;
+  };
+  const layerFor = (request: FastifyRequest) => routeLayer(request.routeOptions.config?.idempotency);
+
+  // Build (and so check) each route's overrides when the route is declared.
+  fastify.addHook('onRoute', (route) => {
+    routeLayer(route.config?.idempotency);
+  });
+
+  // Count the body's bytes on the way to Fastify's parser, for `maxBodyBytes` (413).
+  fastify.addHook('preParsing', async function idempotencyBodySize(request, _reply, payload) {
+    if (!layerFor(request)?.covers(request.method)) return payload;
+    let size = 0;
+    const counter = new Transform({
+      transform(chunk: Buffer, _encoding, callback) {
+        size += chunk.length;
+        callback(null, chunk);
+      },
+    });
+    bodySizes.set(request, () => size);
+    return pipeline(payload, counter, () => {});
+  });
+
+  fastify.addHook('preHandler', async function idempotency(request: FastifyRequest, reply: FastifyReply) {
+    const routed = layerFor(request);
+    if (!routed?.covers(request.method)) return;
+    const decision = await routed.begin({
+      method: request.method,
+      url: request.url,
+      headers: request.headers,
+      keyHeaderLines: keyHeaderLines(request.raw, routed.headerName),
+      body: () => {
+        const size = bodySizes.get(request)?.() ?? Number(request.headers['content-length'] ?? 0);
+        if (size > routed.maxBodyBytes) throw new BodyTooLargeError(routed.maxBodyBytes);
+        return request.body;
+      },
+      raw: request,
+    });
+    if (decision.type === 'respond') {
+      const { status, headers, body } = decision.response;
+      return reply
+        .code(status)
+        .headers(headers)
+        .send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+    }
+    if (decision.type === 'pass') return;
+    const state: Pending = { claim: decision.claim, settled: false };
+    pending.set(request, state);
+    reply.raw.once('close', () => {
+      if (state.settled) return;
+      if (reply.raw.writableFinished) {
+        // Sent without passing onSend (`reply.hijack()` and raw writes): the handler ran,
+        // but its body was not seen, so it completes without one (H12).
+        state.settled = true;
+        void state.claim.finish({ status: reply.raw.statusCode, headers: reply.getHeaders(), body: null });
+      } else {
+        // The client left while the handler runs: onSend still comes and stores it (H13);
+        // if it never does, the claim ends with its lease.
+        state.claim.abandon();
+      }
+    });
+  });
+
+  fastify.addHook('onError', async function idempotencyError(request, _reply, error) {
+    const state = pending.get(request);
+    if (!state || state.settled) return;
+    // Thrown, whatever status the error handler then answers: release (H10).
+    state.settled = true;
+    await state.claim.fail(error);
+  });
+
+  fastify.addHook('onSend', async function idempotencyCapture(request, reply, payload: unknown) {
+    const state = pending.get(request);
+    if (!state || state.settled) return payload;
+    state.settled = true;
+    const head: Omit<CapturedResponse, 'body'> = { status: reply.statusCode, headers: reply.getHeaders() };
+    const bytes = payloadBytes(payload);
+    if (bytes) {
+      // Held here until stored, so a client that saw the answer gets the replay on retry.
+      await state.claim.finish({ ...head, body: bytes });
+      return payload;
+    }
+    if (payload instanceof Readable || typeof (payload as Readable).pipe === 'function') {
+      return captureStream(payload as Readable, state.claim, head);
+    }
+    if (typeof ReadableStream !== 'undefined' && payload instanceof ReadableStream) {
+      return captureStream(Readable.fromWeb(payload as WebStream), state.claim, head);
+    }
+    // Something Fastify sends in its own way (a fetch Response): not capturable (H12).
+    await state.claim.finish({ ...head, body: null });
+    return payload;
+  });
+}
+
+/**
+ * The plugin. Register it before the routes it protects:
+ * `await app.register(idempotency, { store })`. It is not encapsulated: it covers the
+ * routes of the instance it is registered on and of that instance's children.
+ */
+export const idempotency = fp(plugin, { fastify: '5.x', name: 'idempotency-kit' });
+
+export default idempotency;

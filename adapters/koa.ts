@@ -1,0 +1,153 @@
+/**
+ * Koa adapter: `idempotency(options)` middleware for Koa 2 and 3, app-wide or per route.
+ * @module
+ * @example
+ * import Koa from 'koa';
+ * import { bodyParser } from '@koa/bodyparser';
+ * import { createStore } from 'idempotency-kit';
+ * import { idempotency } from 'idempotency-kit/koa';
+ *
+ * const app = new Koa();
+ * app.use(bodyParser());
+ * app.use(idempotency({ store: createStore('redis://127.0.0.1:6379') }));
+ * app.use(async (ctx) => {
+ *   ctx.status = 201;
+ *   ctx.body = { id: 42, ...(ctx.request.body as object) };
+ * });
+ * app.listen(3000);
+ */
+import { Readable } from 'node:stream';
+import type { Context, Middleware, Next } from 'koa';
+import { Idempotency, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
+import { assertDeclaredLength, bodyConsumed, captureStream, keyHeaderLines, readBody, restoreBody } from './node.js';
+
+/** Every option of SPEC §6; `scope` and `fingerprint` get the Koa context. */
+export type KoaIdempotencyOptions = IdempotencyOptions<Context>;
+
+/** Statuses Koa answers without a body whatever `ctx.body` holds. */
+const EMPTY_STATUSES = new Set([204, 205, 304]);
+
+type KoaBodyState = Context['response'] & { _explicitNullBody?: boolean };
+type ParsedRequest = Context['request'] & { body?: unknown; rawBody?: unknown };
+
+/** Koa 3 also answers with a web ReadableStream, a Blob or a Response: as a Node stream here. */
+function nodeStream(body: unknown): Readable | undefined {
+  if (body instanceof Readable) return body;
+  if (typeof body === 'object' && body !== null && typeof (body as Readable).pipe === 'function') return body as Readable;
+  type WebStream = Parameters<typeof Readable.fromWeb>[0];
+  if (typeof ReadableStream !== 'undefined' && body instanceof ReadableStream) return Readable.fromWeb(body as WebStream);
+  if (typeof Blob !== 'undefined' && body instanceof Blob) return Readable.fromWeb(body.stream() as WebStream);
+  if (typeof Response !== 'undefined' && body instanceof Response) {
+    return body.body ? Readable.fromWeb(body.body as WebStream) : Readable.from([]);
+  }
+  return undefined;
+}
+
+/**
+ * Record what Koa is about to send: `ctx.status`, the headers set so far and `ctx.body`
+ * as the bytes Koa's responder will write (objects as JSON). A stream body is swapped for
+ * one that is captured on its way out.
+ */
+async function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> {
+  const status = ctx.status;
+  const head = (): Omit<CapturedResponse, 'body'> => ({
+    status,
+    headers: { ...(ctx.response.headers as CapturedResponse['headers']) },
+  });
+  const body: unknown = ctx.body;
+  let bytes: Buffer;
+  if (body === null || body === undefined) {
+    if ((ctx.response as KoaBodyState)._explicitNullBody || EMPTY_STATUSES.has(status)) bytes = Buffer.alloc(0);
+    else {
+      // Koa would answer the status text as text/plain; say so now, so that the replay,
+      // which has a body, sends exactly the same.
+      const text = ctx.req.httpVersionMajor >= 2 ? String(status) : ctx.message || String(status);
+      ctx.body = text;
+      ctx.status = status;
+      bytes = Buffer.from(text);
+    }
+  } else if (Buffer.isBuffer(body)) bytes = body;
+  else if (typeof body === 'string') bytes = Buffer.from(body);
+  else {
+    const stream = nodeStream(body);
+    if (stream) {
+      ctx.body = captureStream(stream, claim, head());
+      return;
+    }
+    bytes = Buffer.from(JSON.stringify(body));
+  }
+  await claim.finish({ ...head(), body: EMPTY_STATUSES.has(status) ? Buffer.alloc(0) : bytes });
+}
+
+function respond(ctx: Context, response: { status: number; headers: Record<string, string | string[]>; body: Uint8Array }): void {
+  ctx.status = response.status;
+  ctx.set(response.headers);
+  if (response.body.byteLength === 0 && !('content-type' in response.headers)) {
+    // An empty answer without a type (`ctx.body = null`): setting a Buffer would add one.
+    ctx.body = null;
+    ctx.status = response.status;
+    return;
+  }
+  ctx.body = Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength);
+}
+
+/**
+ * Protect the middleware after it. Place it after authentication (so `scope` can read the
+ * tenant) and before or after `@koa/bodyparser`: after it, the parsed body is fingerprinted;
+ * before it, the body is read here and left readable for the parser.
+ */
+export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context>): Middleware {
+  const layer = options instanceof Idempotency ? options : new Idempotency<Context>(options);
+
+  return async function idempotency(ctx: Context, next: Next): Promise<void> {
+    if (!layer.covers(ctx.method)) {
+      await next();
+      return;
+    }
+    let raw: Buffer | undefined;
+    const decision = await layer.begin({
+      method: ctx.method,
+      // The full path even under a mount prefix or a nested router, for the fingerprint (H14).
+      url: ctx.originalUrl,
+      headers: ctx.headers,
+      keyHeaderLines: keyHeaderLines(ctx.req, layer.headerName),
+      body: async () => {
+        if (bodyConsumed(ctx.req)) {
+          assertDeclaredLength(ctx.req, layer.maxBodyBytes);
+          // The parser's raw text when it kept it: the same bytes we would have read.
+          const request = ctx.request as ParsedRequest;
+          return typeof request.rawBody === 'string' ? request.rawBody : request.body;
+        }
+        raw = await readBody(ctx.req, layer.maxBodyBytes);
+        return raw;
+      },
+      raw: ctx,
+    });
+    if (raw !== undefined) restoreBody(ctx.req, raw);
+    if (decision.type === 'respond') {
+      respond(ctx, decision.response);
+      return;
+    }
+    if (decision.type === 'pass') {
+      await next();
+      return;
+    }
+    const { claim } = decision;
+    try {
+      await next();
+    } catch (error) {
+      // Thrown, whatever status Koa's error handling then answers: release (H10).
+      await claim.fail(error);
+      throw error;
+    }
+    try {
+      await finishFromContext(ctx, claim);
+    } catch (error) {
+      // A body Koa could not send either (JSON.stringify threw): it is an error response.
+      await claim.fail(error);
+      throw error;
+    }
+  };
+}
+
+export default idempotency;

@@ -1,0 +1,766 @@
+/**
+ * The HTTP conformance table (SPEC §2): one scenario per rule, each named by its rule id,
+ * run against every adapter over real sockets, on the memory store and on Redis.
+ * Each adapter's test file is `await conformance('<adapter>')`.
+ */
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createStore } from '../../drivers/create-store.js';
+import { memoryStore } from '../../drivers/memory.js';
+import type { IdempotencyEvent } from '../../src/engine.js';
+import type { IdempotencyStore } from '../../src/store.js';
+import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
+import { startApp, type AdapterName, type AppOptions, type RunningApp } from './apps.js';
+import { expectProblem, send, sendAndAbort, type Reply, type SendOptions } from './client.js';
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+type StoreMethod = 'claim' | 'get' | 'complete' | 'release' | 'extend';
+
+export interface ScenarioContext {
+  adapter: AdapterName;
+  app: RunningApp;
+  /** A key no other test uses (the Redis store is shared). */
+  key(suffix?: string): string;
+  send(options: SendOptions): Promise<Reply>;
+  /** Calls the app made to its store, per method. */
+  storeCalls: Record<StoreMethod, number>;
+  events: IdempotencyEvent[];
+}
+
+export interface Scenario {
+  /** SPEC rule id(s), first in the test title. */
+  rule: string;
+  title: string;
+  /** Options on top of `{ store }`. */
+  options?: Partial<AppOptions>;
+  /** Run against a store that cannot be reached instead of the suite's store (H16). */
+  store?: 'unreachable' | 'hanging';
+  run(t: ScenarioContext): Promise<void>;
+}
+
+const payment = (amount: number) => ({ amount, currency: 'EUR' });
+
+/** Send the same request `n` times, one after the other. */
+async function repeat(t: ScenarioContext, n: number, options: SendOptions): Promise<Reply[]> {
+  const replies: Reply[] = [];
+  for (let i = 0; i < n; i++) replies.push(await t.send(options));
+  return replies;
+}
+
+/** Every key-invalid case of H4, sent as raw header lines. */
+const invalidKeys: Array<{ title: string; key: string | string[]; reason: string }> = [
+  { title: 'empty', key: '', reason: 'empty' },
+  { title: 'an empty sf-string', key: '""', reason: 'empty' },
+  { title: 'too long (256 > maxKeyLength 255)', key: 'k'.repeat(256), reason: 'too-long' },
+  { title: 'non-printable (a tab)', key: 'abc\tdef', reason: 'non-printable' },
+  { title: 'non-ASCII (é as a latin-1 byte)', key: 'caf\u00e9', reason: 'non-ascii' },
+  { title: 'malformed quoting (unterminated)', key: '"abc', reason: 'malformed-quoting' },
+  { title: 'malformed quoting (quote inside a token)', key: 'ab"c', reason: 'malformed-quoting' },
+  { title: 'malformed quoting (bad escape)', key: '"a\\bc"', reason: 'malformed-quoting' },
+  { title: 'several values (a comma list)', key: 'abc, def', reason: 'several-values' },
+  { title: 'several values (a list of sf-strings)', key: '"abc", "def"', reason: 'several-values' },
+  { title: 'several values (repeated header lines)', key: ['abc', 'def'], reason: 'several-values' },
+];
+
+export const scenarios: Scenario[] = [
+  // ------------------------------------------------------------------ H1
+  {
+    rule: 'H1',
+    title: 'GET and PUT pass through untouched even with a key',
+    async run(t) {
+      const key = t.key();
+      for (const method of ['GET', 'PUT']) {
+        const replies = await repeat(t, 2, { method, path: '/payments', key });
+        for (const reply of replies) {
+          expect(reply.status).toBe(200);
+          expect(reply.headers['idempotent-replayed']).toBeUndefined();
+        }
+      }
+      expect(t.app.calls.count('list')).toBe(4);
+      expect(t.storeCalls.claim).toBe(0);
+    },
+  },
+  {
+    rule: 'H1',
+    title: 'a route with idempotency off passes through even with a key',
+    async run(t) {
+      const replies = await repeat(t, 2, { path: '/off', key: t.key(), body: payment(1) });
+      expect(replies.map((r) => r.json().n)).toEqual([1, 2]);
+      expect(t.storeCalls.claim).toBe(0);
+    },
+  },
+  {
+    rule: 'H1',
+    title: '`methods` chooses the covered methods (PUT covered, POST not)',
+    options: { methods: ['PUT'] },
+    async run(t) {
+      const key = t.key();
+      const [first, second] = await repeat(t, 2, { method: 'PUT', path: '/payments', key });
+      expect(second!.body.equals(first!.body)).toBe(true);
+      expect(second!.headers['idempotent-replayed']).toBe('true');
+      expect((await t.send({ path: '/payments', body: payment(1) })).status).toBe(201); // no key needed
+      expect(t.app.calls.count('list')).toBe(1);
+    },
+  },
+  // ------------------------------------------------------------------ H2
+  {
+    rule: 'H2',
+    title: 'a covered request without the header: 400 key-missing, handler not run, nothing stored',
+    async run(t) {
+      for (const method of ['POST', 'PATCH']) {
+        expectProblem(await t.send({ method, path: '/payments', body: payment(1) }), 400, 'key-missing');
+      }
+      expect(t.app.calls.count('payments')).toBe(0);
+      expect(t.storeCalls.claim).toBe(0);
+    },
+  },
+  {
+    rule: 'H2',
+    title: 'required: false runs a request without a key unprotected',
+    options: { required: false },
+    async run(t) {
+      const replies = await repeat(t, 2, { path: '/payments', body: payment(1) });
+      expect(replies.map((r) => r.status)).toEqual([201, 201]);
+      expect(t.app.calls.count('payments')).toBe(2);
+      expect(t.storeCalls.claim).toBe(0);
+    },
+  },
+  // ------------------------------------------------------------------ H3
+  {
+    rule: 'H3',
+    title: 'a bare token and the same sf-string name one key',
+    async run(t) {
+      const key = t.key();
+      const first = await t.send({ path: '/payments', key, body: payment(5) });
+      const second = await t.send({ path: '/payments', key: `"${key}"`, body: payment(5) });
+      expect(second.headers['idempotent-replayed']).toBe('true');
+      expect(second.body.equals(first.body)).toBe(true);
+      expect(t.app.calls.count('payments')).toBe(1);
+    },
+  },
+  {
+    rule: 'H3',
+    title: 'sf-string escapes are unescaped and parameters ignored',
+    async run(t) {
+      const base = t.key();
+      const first = await t.send({ path: '/payments', key: `"${base}\\"q\\\\b"`, body: payment(5) });
+      expect(first.status).toBe(201);
+      expect(t.events.find((e) => e.type === 'claimed')?.key).toBe(`${base}"q\\b`);
+      const withParams = await t.send({ path: '/payments', key: `"${base}\\"q\\\\b";v=2;x="a,b"`, body: payment(5) });
+      expect(withParams.headers['idempotent-replayed']).toBe('true');
+      const bare = t.key();
+      await t.send({ path: '/payments', key: bare, body: payment(5) });
+      const bareWithParams = await t.send({ path: '/payments', key: `${bare};v=1`, body: payment(5) });
+      expect(bareWithParams.headers['idempotent-replayed']).toBe('true');
+      expect(t.app.calls.count('payments')).toBe(2);
+    },
+  },
+  // ------------------------------------------------------------------ H4
+  ...invalidKeys.map(
+    ({ title, key, reason }): Scenario => ({
+      rule: 'H4',
+      title: `invalid key, ${title}: 400 key-invalid (${reason}), never reaching the store`,
+      async run(t) {
+        expectProblem(await t.send({ path: '/payments', key, body: payment(1) }), 400, 'key-invalid', reason);
+        expect(t.app.calls.count('payments')).toBe(0);
+        expect(t.storeCalls.claim).toBe(0);
+      },
+    }),
+  ),
+  {
+    rule: 'H4',
+    title: 'a key of exactly maxKeyLength is accepted',
+    async run(t) {
+      const key = t.key().padEnd(255, 'k');
+      expect((await t.send({ path: '/payments', key, body: payment(1) })).status).toBe(201);
+    },
+  },
+  // ------------------------------------------------------------------ H5
+  {
+    rule: 'H5',
+    title: 'keys are case-sensitive and not normalised',
+    async run(t) {
+      const key = t.key();
+      for (const variant of [`${key}-ABC`, `${key}-abc`, `${key} abc`, `${key}abc`]) {
+        const reply = await t.send({ path: '/payments', key: variant, body: payment(1) });
+        expect(reply.status).toBe(201);
+        expect(reply.headers['idempotent-replayed']).toBeUndefined();
+      }
+      expect(t.app.calls.count('payments')).toBe(4);
+    },
+  },
+  // ------------------------------------------------------------------ H6 H7 H11
+  {
+    rule: 'H6 H7 H11',
+    title: 'first request runs once; the repeat is a byte-identical replay with Location, without Set-Cookie',
+    async run(t) {
+      const key = t.key();
+      const first = await t.send({ path: '/payments', key, body: payment(1200) });
+      expect(first.status).toBe(201);
+      expect(first.json()).toEqual({ id: 'pay_1', amount: 1200, n: 1 });
+      expect(first.headers.location).toBe('/payments/pay_1');
+      expect(String(first.headers['set-cookie'])).toMatch(/session=s_1/);
+      expect(first.headers['x-request-id']).toBe('req_1');
+      expect(first.headers['idempotent-replayed']).toBeUndefined();
+
+      for (const replay of await repeat(t, 2, { path: '/payments', key, body: payment(1200) })) {
+        expect(replay.status).toBe(201);
+        expect(replay.body.equals(first.body)).toBe(true);
+        expect(replay.headers['content-type']).toBe(first.headers['content-type']);
+        expect(replay.headers.location).toBe('/payments/pay_1');
+        expect(replay.headers['idempotent-replayed']).toBe('true');
+        expect(replay.headers['set-cookie']).toBeUndefined();
+        expect(replay.headers['x-request-id']).toBeUndefined();
+      }
+      expect(t.app.calls.count('payments')).toBe(1);
+    },
+  },
+  {
+    rule: 'H7',
+    title: 'PATCH is covered and replayed too',
+    async run(t) {
+      const key = t.key();
+      const [first, second] = await repeat(t, 2, { method: 'PATCH', path: '/payments', key, body: payment(3) });
+      expect(first!.status).toBe(200);
+      expect(second!.body.equals(first!.body)).toBe(true);
+      expect(second!.headers['idempotent-replayed']).toBe('true');
+      expect(t.app.calls.count('payments')).toBe(1);
+    },
+  },
+  // ------------------------------------------------------------------ H8
+  {
+    rule: 'H8',
+    title: 'a duplicate of a running request waits and gets its replay',
+    async run(t) {
+      const key = t.key();
+      const first = t.send({ path: '/slow?ms=300', key, body: payment(1) });
+      await sleep(60);
+      const duplicate = await t.send({ path: '/slow?ms=300', key, body: payment(1) });
+      const original = await first;
+      expect(original.status).toBe(201);
+      expect(duplicate.status).toBe(201);
+      expect(duplicate.body.equals(original.body)).toBe(true);
+      expect(duplicate.headers['idempotent-replayed']).toBe('true');
+      expect(t.app.calls.count('slow')).toBe(1);
+    },
+  },
+  {
+    rule: 'H8',
+    title: 'wait: 0 answers a duplicate 409 request-in-progress with Retry-After at once, changing nothing',
+    options: { wait: 0 },
+    async run(t) {
+      const key = t.key();
+      const first = t.send({ path: '/slow?ms=300', key, body: payment(1) });
+      await sleep(60);
+      const started = Date.now();
+      expectProblem(await t.send({ path: '/slow?ms=300', key, body: payment(1) }), 409, 'request-in-progress');
+      expect(Date.now() - started).toBeLessThan(250);
+      const original = await first;
+      const retry = await t.send({ path: '/slow?ms=300', key, body: payment(1) });
+      expect(retry.body.equals(original.body)).toBe(true);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(t.app.calls.count('slow')).toBe(1);
+    },
+  },
+  {
+    rule: 'H8',
+    title: 'a short wait runs out: 409 request-in-progress with Retry-After',
+    options: { wait: 100 },
+    async run(t) {
+      const key = t.key();
+      const first = t.send({ path: '/slow?ms=400', key, body: payment(1) });
+      await sleep(60);
+      expectProblem(await t.send({ path: '/slow?ms=400', key, body: payment(1) }), 409, 'request-in-progress');
+      expect((await first).status).toBe(201);
+      expect(t.app.calls.count('slow')).toBe(1);
+    },
+  },
+  {
+    rule: 'H8 H10',
+    title: 'a duplicate of a request that gets released (5xx) claims the key and runs',
+    async run(t) {
+      const key = t.key();
+      const first = t.send({ path: '/slow?ms=200&status=503', key, body: payment(1) });
+      await sleep(60);
+      const duplicate = await t.send({ path: '/slow?ms=200&status=503', key, body: payment(1) });
+      expect((await first).status).toBe(503);
+      expect(duplicate.status).toBe(503);
+      expect(duplicate.headers['idempotent-replayed']).toBeUndefined();
+      expect(t.app.calls.count('slow')).toBe(2);
+    },
+  },
+  // ------------------------------------------------------------------ H9
+  {
+    rule: 'H9',
+    title: '50 simultaneous identical requests run the handler exactly once',
+    async run(t) {
+      const key = t.key();
+      const replies = await Promise.all(
+        Array.from({ length: 50 }, () => t.send({ path: '/slow?ms=150', key, body: payment(7) })),
+      );
+      expect(t.app.calls.count('slow')).toBe(1);
+      expect(new Set(replies.map((r) => r.status))).toEqual(new Set([201]));
+      expect(new Set(replies.map((r) => r.text)).size).toBe(1);
+      expect(replies.filter((r) => r.headers['idempotent-replayed'] === undefined)).toHaveLength(1);
+    },
+  },
+  // ------------------------------------------------------------------ H10
+  {
+    rule: 'H10',
+    title: '4xx responses are stored and replayed',
+    async run(t) {
+      for (const status of [400, 404, 409, 422]) {
+        const key = t.key();
+        const [first, second] = await repeat(t, 2, { path: `/status/${status}`, key });
+        expect(first!.status).toBe(status);
+        expect(second!.status).toBe(status);
+        expect(second!.body.equals(first!.body)).toBe(true);
+        expect(second!.headers['idempotent-replayed']).toBe('true');
+      }
+      expect(t.app.calls.count('status')).toBe(4);
+    },
+  },
+  {
+    rule: 'H10',
+    title: '5xx responses release the key: the retry runs again',
+    async run(t) {
+      const replies = await repeat(t, 2, { path: '/fail-500', key: t.key() });
+      expect(replies.map((r) => r.status)).toEqual([500, 500]);
+      expect(replies.map((r) => r.json().n)).toEqual([1, 2]);
+      expect(replies[1]!.headers['idempotent-replayed']).toBeUndefined();
+    },
+  },
+  {
+    rule: 'H10',
+    title: 'a thrown error releases the key: the retry runs again, never stuck processing',
+    async run(t) {
+      const replies = await repeat(t, 2, { path: '/throw', key: t.key() });
+      expect(replies.map((r) => r.status)).toEqual([500, 500]);
+      expect(t.app.calls.count('throw')).toBe(2);
+      expect(t.events.filter((e) => e.type === 'released')).toHaveLength(2);
+    },
+  },
+  {
+    rule: 'H10',
+    title: 'a thrown error with a 4xx status releases the key too',
+    async run(t) {
+      const key = t.key();
+      const replies = await repeat(t, 2, { path: '/throw-400', key });
+      expect(replies.map((r) => r.status)).toEqual([400, 400]);
+      if (t.adapter === 'express' || t.adapter === 'express4') {
+        // Express gives middleware no way to see a route's error: the 400 its error
+        // handler writes is a response like any other, stored (docs/adapters/express.md).
+        expect(t.app.calls.count('throw-400')).toBe(1);
+        expect(replies[1]!.headers['idempotent-replayed']).toBe('true');
+      } else {
+        expect(t.app.calls.count('throw-400')).toBe(2);
+        expect(replies[1]!.headers['idempotent-replayed']).toBeUndefined();
+      }
+    },
+  },
+  {
+    rule: 'H10',
+    title: '401, 403 and 429 are not stored',
+    async run(t) {
+      for (const status of [401, 403, 429]) {
+        const replies = await repeat(t, 2, { path: `/status/${status}`, key: t.key() });
+        expect(replies.map((r) => r.status)).toEqual([status, status]);
+        expect(replies[1]!.headers['idempotent-replayed']).toBeUndefined();
+      }
+      expect(t.app.calls.count('status')).toBe(6);
+    },
+  },
+  {
+    rule: 'H10',
+    title: 'storeResponse changes what is stored (5xx too, as Stripe does)',
+    options: { storeResponse: () => true },
+    async run(t) {
+      const [first, second] = await repeat(t, 2, { path: '/fail-500', key: t.key() });
+      expect(second!.status).toBe(500);
+      expect(second!.body.equals(first!.body)).toBe(true);
+      expect(second!.headers['idempotent-replayed']).toBe('true');
+      expect(t.app.calls.count('fail-500')).toBe(1);
+    },
+  },
+  // ------------------------------------------------------------------ H12
+  {
+    rule: 'H12',
+    title: 'a response over maxResponseBytes reaches the client whole; a retry gets 409 response-not-replayable',
+    options: { maxResponseBytes: 1024 },
+    async run(t) {
+      const key = t.key();
+      const first = await t.send({ path: '/big?bytes=5000', key });
+      expect(first.status).toBe(200);
+      expect(first.body.length).toBe(5000);
+      expectProblem(await t.send({ path: '/big?bytes=5000', key }), 409, 'response-not-replayable');
+      expect(t.app.calls.count('big')).toBe(1);
+    },
+  },
+  {
+    rule: 'H12',
+    title: 'a streamed response is captured and replayed byte for byte',
+    async run(t) {
+      const key = t.key();
+      const first = await t.send({ path: '/stream', key });
+      expect(first.status).toBe(201);
+      expect(first.text).toBe('chunk-1;chunk-2;n=1');
+      const replay = await t.send({ path: '/stream', key });
+      expect(replay.status).toBe(201);
+      expect(replay.body.equals(first.body)).toBe(true);
+      expect(replay.headers['content-type']).toBe(first.headers['content-type']);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(t.app.calls.count('stream')).toBe(1);
+    },
+  },
+  {
+    rule: 'H12',
+    title: 'a streamed response over maxResponseBytes completes without a body: 409, never a second run',
+    options: { maxResponseBytes: 10 },
+    async run(t) {
+      const key = t.key();
+      expect((await t.send({ path: '/stream', key })).text).toBe('chunk-1;chunk-2;n=1');
+      expectProblem(await t.send({ path: '/stream', key }), 409, 'response-not-replayable');
+      expect(t.app.calls.count('stream')).toBe(1);
+    },
+  },
+  // ------------------------------------------------------------------ H13
+  {
+    rule: 'H13',
+    title: 'a client that disconnects mid-request does not stop the handler; the retry replays',
+    async run(t) {
+      const key = t.key();
+      await sendAndAbort(t.app.url, { path: '/slow?ms=300', key, body: payment(9) }, 80);
+      const retry = await t.send({ path: '/slow?ms=300', key, body: payment(9) });
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(retry.json().n).toBe(1);
+      expect(t.app.calls.count('slow')).toBe(1);
+    },
+  },
+  // ------------------------------------------------------------------ H14
+  {
+    rule: 'H14',
+    title: 'same key, different body: 422 key-reused; the record is untouched',
+    async run(t) {
+      const key = t.key();
+      const first = await t.send({ path: '/payments', key, body: payment(100) });
+      expectProblem(await t.send({ path: '/payments', key, body: payment(999) }), 422, 'key-reused');
+      const replay = await t.send({ path: '/payments', key, body: payment(100) });
+      expect(replay.body.equals(first.body)).toBe(true);
+      expect(t.app.calls.count('payments')).toBe(1);
+    },
+  },
+  {
+    rule: 'H14',
+    title: 'JSON object key order and whitespace do not change the fingerprint',
+    async run(t) {
+      const key = t.key();
+      await t.send({ path: '/payments', key, body: '{"amount":5,"currency":"EUR"}', contentType: 'application/json' });
+      const reordered = await t.send({
+        path: '/payments',
+        key,
+        body: '{ "currency": "EUR",\n  "amount": 5 }',
+        contentType: 'application/json',
+      });
+      expect(reordered.headers['idempotent-replayed']).toBe('true');
+      expect(t.app.calls.count('payments')).toBe(1);
+    },
+  },
+  {
+    rule: 'H14',
+    title: 'same key on another route: 422 key-reused',
+    async run(t) {
+      const key = t.key();
+      expect((await t.send({ path: '/payments', key, body: payment(1) })).status).toBe(201);
+      expectProblem(await t.send({ path: '/slow?ms=0', key, body: payment(1) }), 422, 'key-reused');
+      expect(t.app.calls.count('slow')).toBe(0);
+    },
+  },
+  {
+    rule: 'H14',
+    title: 'same key with another method: 422 key-reused',
+    async run(t) {
+      const key = t.key();
+      expect((await t.send({ path: '/payments', key, body: payment(1) })).status).toBe(201);
+      expectProblem(await t.send({ method: 'PATCH', path: '/payments', key, body: payment(1) }), 422, 'key-reused');
+      expect(t.app.calls.count('payments')).toBe(1);
+    },
+  },
+  {
+    rule: 'H14',
+    title: 'query order does not matter, query values do',
+    async run(t) {
+      const key = t.key();
+      await t.send({ path: '/slow?ms=0&status=201', key });
+      expect((await t.send({ path: '/slow?status=201&ms=0', key })).headers['idempotent-replayed']).toBe('true');
+      expectProblem(await t.send({ path: '/slow?ms=1&status=201', key }), 422, 'key-reused');
+      expect(t.app.calls.count('slow')).toBe(1);
+    },
+  },
+  {
+    rule: 'H14',
+    title: 'a different request while the first is still processing: 422 at once',
+    async run(t) {
+      const key = t.key();
+      const first = t.send({ path: '/slow?ms=300', key, body: payment(1) });
+      await sleep(60);
+      const started = Date.now();
+      expectProblem(await t.send({ path: '/slow?ms=300', key, body: payment(2) }), 422, 'key-reused');
+      expect(Date.now() - started).toBeLessThan(250);
+      expect((await first).status).toBe(201);
+      expect(t.app.calls.count('slow')).toBe(1);
+    },
+  },
+  // ------------------------------------------------------------------ H15
+  {
+    rule: 'H15',
+    title: "tenant B with tenant A's key gets its own execution, never A's response, 409 or 422",
+    options: { scope: (req) => req.headers['x-tenant'] as string | undefined },
+    async run(t) {
+      const key = t.key();
+      const a = await t.send({ path: '/payments', key, body: payment(1), headers: { 'x-tenant': 'tenant-a' } });
+      const b = await t.send({ path: '/payments', key, body: payment(2), headers: { 'x-tenant': 'tenant-b' } });
+      expect(a.status).toBe(201);
+      expect(b.status).toBe(201);
+      expect(b.headers['idempotent-replayed']).toBeUndefined();
+      expect(b.json()).toMatchObject({ amount: 2, n: 2 });
+      const aAgain = await t.send({ path: '/payments', key, body: payment(1), headers: { 'x-tenant': 'tenant-a' } });
+      expect(aAgain.body.equals(a.body)).toBe(true);
+      expect(aAgain.headers['idempotent-replayed']).toBe('true');
+      expect(t.app.calls.count('payments')).toBe(2);
+    },
+  },
+  // ------------------------------------------------------------------ H16
+  {
+    rule: 'H16',
+    title: 'store unreachable: 503 store-unavailable with Retry-After, handler not run',
+    store: 'unreachable',
+    options: { storeTimeoutMs: 500 },
+    async run(t) {
+      const problem = expectProblem(await t.send({ path: '/payments', key: t.key(), body: payment(1) }), 503, 'store-unavailable');
+      expect(JSON.stringify(problem)).not.toMatch(/127\.0\.0\.1|ECONNREFUSED/); // no infrastructure details
+      expect(t.app.calls.count('payments')).toBe(0);
+      expect(t.events.some((e) => e.type === 'store-error')).toBe(true);
+    },
+  },
+  {
+    rule: 'H16',
+    title: "store unreachable with onStoreError: 'continue': the handler runs unprotected, and an event says so",
+    store: 'unreachable',
+    options: { onStoreError: 'continue', storeTimeoutMs: 500 },
+    async run(t) {
+      const reply = await t.send({ path: '/payments', key: t.key(), body: payment(1) });
+      expect(reply.status).toBe(201);
+      expect(t.app.calls.count('payments')).toBe(1);
+      expect(t.events.some((e) => e.type === 'unprotected')).toBe(true);
+    },
+  },
+  {
+    rule: 'H16 S6',
+    title: 'a store that hangs answers 503 within storeTimeoutMs',
+    store: 'hanging',
+    options: { storeTimeoutMs: 150 },
+    async run(t) {
+      const started = Date.now();
+      expectProblem(await t.send({ path: '/payments', key: t.key(), body: payment(1) }), 503, 'store-unavailable');
+      expect(Date.now() - started).toBeLessThan(1500);
+      expect(t.app.calls.count('payments')).toBe(0);
+    },
+  },
+  // ------------------------------------------------------------------ body limit
+  {
+    rule: 'body-too-large',
+    title: 'a body over maxBodyBytes: 413 body-too-large, handler not run',
+    options: { maxBodyBytes: 1024 },
+    async run(t) {
+      const body = { amount: 1, note: 'x'.repeat(2000) };
+      expectProblem(await t.send({ path: '/payments', key: t.key(), body }), 413, 'body-too-large');
+      expect(t.app.calls.count('payments')).toBe(0);
+      expect((await t.send({ path: '/payments', key: t.key(), body: payment(1) })).status).toBe(201);
+    },
+  },
+  // ------------------------------------------------------------------ H17
+  {
+    rule: 'H17',
+    title: "lease renewal keeps a slow handler's claim past leaseMs: the duplicate waits, no second run",
+    options: { leaseMs: 150 },
+    async run(t) {
+      const key = t.key();
+      const first = t.send({ path: '/slow?ms=700', key, body: payment(1) });
+      await sleep(400); // more than two leases
+      const duplicate = await t.send({ path: '/slow?ms=700', key, body: payment(1) });
+      expect((await first).status).toBe(201);
+      expect(duplicate.headers['idempotent-replayed']).toBe('true');
+      expect(t.app.calls.count('slow')).toBe(1);
+    },
+  },
+  // ------------------------------------------------------------------ H19
+  {
+    rule: 'H19',
+    title: 'problem responses are never stored: after 409 and 422 the key still works as before',
+    options: { wait: 0 },
+    async run(t) {
+      const key = t.key();
+      const first = t.send({ path: '/slow?ms=250', key, body: payment(1) });
+      await sleep(60);
+      expectProblem(await t.send({ path: '/slow?ms=250', key, body: payment(1) }), 409, 'request-in-progress');
+      expectProblem(await t.send({ path: '/slow?ms=250', key, body: payment(2) }), 422, 'key-reused');
+      const original = await first;
+      const replay = await t.send({ path: '/slow?ms=250', key, body: payment(1) });
+      expect(replay.body.equals(original.body)).toBe(true);
+      expect(t.events.filter((e) => e.type === 'completed')).toHaveLength(1);
+    },
+  },
+  // ------------------------------------------------------------------ H20
+  {
+    rule: 'H20',
+    title: 'an expired record is gone: the key is new again',
+    options: { ttl: 250 },
+    async run(t) {
+      const key = t.key();
+      await t.send({ path: '/payments', key, body: payment(1) });
+      await sleep(400);
+      const again = await t.send({ path: '/payments', key, body: payment(2) });
+      expect(again.status).toBe(201);
+      expect(again.headers['idempotent-replayed']).toBeUndefined();
+      expect(t.app.calls.count('payments')).toBe(2);
+    },
+  },
+  // ------------------------------------------------------------------ the handler's body
+  {
+    rule: 'H6',
+    title: 'the handler still reads the request body, and finds it parsed',
+    async run(t) {
+      const body = { z: 1, a: [1, 'two', { deep: true }], note: 'é ünïcode' };
+      const reply = await t.send({ path: '/echo-body', key: t.key(), body });
+      expect(reply.status).toBe(200);
+      expect(reply.json().body).toEqual(body);
+    },
+  },
+];
+
+// ---------------------------------------------------------------------- runner
+
+function countingStore(store: IdempotencyStore, calls: Record<StoreMethod, number>): IdempotencyStore {
+  const count =
+    <A extends unknown[], R>(method: StoreMethod, fn: (...args: A) => Promise<R>) =>
+    (...args: A): Promise<R> => {
+      calls[method]++;
+      return fn(...args);
+    };
+  return {
+    name: store.name,
+    claim: count('claim', store.claim.bind(store)),
+    get: count('get', store.get.bind(store)),
+    complete: count('complete', store.complete.bind(store)),
+    release: count('release', store.release.bind(store)),
+    extend: count('extend', store.extend.bind(store)),
+    close: () => store.close(),
+  };
+}
+
+/** A store whose every call fails as a refused connection would (memory has no server to stop). */
+function refusingStore(): IdempotencyStore {
+  const refuse = async (): Promise<never> => {
+    throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' });
+  };
+  return { name: 'refusing', claim: refuse, get: refuse, complete: refuse, release: refuse, extend: refuse, close: async () => {} };
+}
+
+function hangingStore(): IdempotencyStore {
+  const hang = () => new Promise<never>(() => {});
+  return { name: 'hanging', claim: hang, get: hang, complete: hang, release: hang, extend: hang, close: async () => {} };
+}
+
+interface StoreKind {
+  name: string;
+  /** The store one scenario uses; `shared` ones are not closed after it. */
+  create(): IdempotencyStore;
+  unreachable(): IdempotencyStore;
+  close(): Promise<void>;
+}
+
+const memoryKind = (): StoreKind => ({
+  name: 'memory',
+  create: () => memoryStore(),
+  unreachable: refusingStore,
+  close: async () => {},
+});
+
+function redisKind(): StoreKind {
+  let shared: IdempotencyStore | undefined;
+  return {
+    name: 'redis',
+    create: () => (shared ??= createStore(REDIS_URL)),
+    // Nothing listens on port 1: a real driver facing a refused connection.
+    unreachable: () => createStore('redis://127.0.0.1:1'),
+    close: async () => {
+      await shared?.close();
+    },
+  };
+}
+
+async function redisSupported(): Promise<boolean> {
+  try {
+    createStore(REDIS_URL);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function runScenarios(adapter: AdapterName, kind: () => StoreKind): void {
+  let stores: StoreKind;
+  beforeAll(() => {
+    stores = kind();
+  });
+  afterAll(async () => {
+    await stores.close();
+  });
+  const runId = randomUUID().slice(0, 8);
+  let n = 0;
+  for (const scenario of scenarios) {
+    it(`${scenario.rule}: ${scenario.title}`, async () => {
+      const storeCalls: Record<StoreMethod, number> = { claim: 0, get: 0, complete: 0, release: 0, extend: 0 };
+      const events: IdempotencyEvent[] = [];
+      const own = scenario.store !== undefined;
+      const base =
+        scenario.store === 'unreachable' ? stores.unreachable() : scenario.store === 'hanging' ? hangingStore() : stores.create();
+      const app = await startApp(adapter, {
+        store: countingStore(base, storeCalls),
+        onEvent: (event) => events.push(event),
+        ...scenario.options,
+      });
+      const prefix = `${adapter}-${stores.name}-${runId}-${++n}`;
+      let keys = 0;
+      try {
+        await scenario.run({
+          adapter,
+          app,
+          key: (suffix = '') => `${prefix}-${++keys}${suffix}`,
+          send: (options) => send(app.url, options),
+          storeCalls,
+          events,
+        });
+      } finally {
+        await app.close();
+        if (own || stores.name === 'memory') await base.close();
+      }
+    });
+  }
+}
+
+/** Register the whole table for one adapter, on memory and on Redis. */
+export async function conformance(adapter: AdapterName): Promise<void> {
+  const redisDriver = await redisSupported();
+  if (!redisDriver) console.warn(`\n!!!!!!!! SKIPPING Redis conformance for ${adapter}: createStore() has no redis:// driver yet !!!!!!!!\n`);
+  const redis = redisDriver && (await serviceAvailable('Redis', REDIS_URL));
+
+  describe(`${adapter} adapter conformance (memory store)`, () => {
+    runScenarios(adapter, memoryKind);
+  });
+  describe.skipIf(!redis)(`${adapter} adapter conformance (Redis store)`, () => {
+    runScenarios(adapter, redisKind);
+  });
+}
