@@ -1,0 +1,199 @@
+import { createHash, randomUUID } from 'node:crypto';
+import net from 'node:net';
+import KeyvRedis, { createClient } from '@keyv/redis';
+import Keyv from 'keyv';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { redisStore } from '../../drivers/redis.js';
+import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
+import { storeContract } from '../helpers/store-contract.js';
+
+const available = await serviceAvailable('Redis', REDIS_URL);
+
+const claimOf = (token: string, fingerprint = 'fp') => ({ token, fingerprint, createdAt: Date.now() });
+const response = { status: 201, headers: { 'content-type': 'text/plain' }, body: new Uint8Array(Buffer.from('ok')) };
+const hashed = (key: string) => createHash('sha256').update(key).digest('base64url');
+
+storeContract(
+  'redis',
+  available
+    ? {
+        create: async () => redisStore({ url: REDIS_URL }),
+        // Nothing listens on port 1: connection refused, every call must reject (S4, S6).
+        broken: async () => ({ store: redisStore({ url: 'redis://127.0.0.1:1', timeoutMs: 1000 }), failingKey: 'k', allOperations: true }),
+      }
+    : undefined,
+);
+
+/** A TCP proxy to Redis that the test can cut and restore, to play "Redis went down". */
+async function proxyTo(target: string) {
+  const { hostname, port } = new URL(target);
+  const sockets = new Set<net.Socket>();
+  let server: net.Server | undefined;
+  let listenPort = 0;
+  const start = () =>
+    new Promise<void>((resolve) => {
+      server = net.createServer((client) => {
+        const upstream = net.connect(Number(port), hostname);
+        sockets.add(client).add(upstream);
+        client.pipe(upstream).pipe(client);
+        const drop = () => {
+          client.destroy();
+          upstream.destroy();
+        };
+        client.on('error', drop).on('close', drop);
+        upstream.on('error', drop).on('close', drop);
+      });
+      server.listen(listenPort, '127.0.0.1', () => {
+        listenPort = (server!.address() as net.AddressInfo).port;
+        resolve();
+      });
+    });
+  const stop = () =>
+    new Promise<void>((resolve) => {
+      for (const socket of sockets) socket.destroy();
+      sockets.clear();
+      server?.close(() => resolve());
+    });
+  await start();
+  return { url: () => `redis://127.0.0.1:${listenPort}`, start, stop };
+}
+
+describe.skipIf(!available)('redis store specifics', () => {
+  const inspector = createClient({ url: REDIS_URL });
+  beforeAll(async () => {
+    await inspector.connect();
+  });
+  afterAll(async () => {
+    await inspector.close();
+  });
+
+  it('S7: one key per record, <namespace>:<sha256>, expiring by PX (lease, then ttl)', async () => {
+    const namespace = `ik-test-${randomUUID()}`;
+    const store = redisStore({ url: REDIS_URL, namespace });
+    const key = "user text 'with' *glob* [chars]";
+    await store.claim(key, claimOf('t'), 5000);
+    const keys = await inspector.keys(`${namespace}:*`);
+    expect(keys).toEqual([`${namespace}:${hashed(key)}`]);
+    const leasePttl = await inspector.pTTL(keys[0]!);
+    expect(leasePttl).toBeGreaterThan(4000);
+    expect(leasePttl).toBeLessThanOrEqual(5000);
+    await store.complete(key, 't', response, 60_000);
+    expect(await inspector.pTTL(keys[0]!)).toBeGreaterThan(59_000);
+    expect(JSON.parse((await inspector.get(keys[0]!))!)).toMatchObject({ s: 'c', t: 't', f: 'fp', r: { s: 201 } });
+    await store.close();
+  });
+
+  it('S2/H17: extend pushes the key expiry, not only the stored leaseUntil', async () => {
+    const namespace = `ik-test-${randomUUID()}`;
+    const store = redisStore({ url: REDIS_URL, namespace });
+    await store.claim('k', claimOf('t'), 1000);
+    expect(await store.extend('k', 't', 30_000)).toBe(true);
+    expect(await inspector.pTTL(`${namespace}:${hashed('k')}`)).toBeGreaterThan(29_000);
+    const record = await store.get('k');
+    expect(record?.state === 'processing' && record.leaseUntil).toBeGreaterThan(Date.now() + 29_000);
+    await store.close();
+  });
+
+  it('one round trip per claim, complete and replay (bench target: 2 for a new key, 1 for a replay)', async () => {
+    const adapter = new KeyvRedis(REDIS_URL);
+    const client = adapter.client as unknown as Record<string, (...args: unknown[]) => unknown>;
+    const store = redisStore({ adapter });
+    await store.get('warm-up'); // connects
+    await store.claim(`warm-${randomUUID()}`, claimOf('w'), 1000); // loads the script once
+    const calls = ['evalSha', 'eval', 'get', 'sendCommand'].map((m) => vi.spyOn(client, m as never));
+    const count = () => calls.reduce((n, spy) => n + spy.mock.calls.length, 0);
+
+    const key = randomUUID();
+    await store.claim(key, claimOf('first'), 5000);
+    await store.complete(key, 'first', response, 60_000);
+    expect(count()).toBe(2);
+    const replay = await store.claim(key, claimOf('retry'), 5000);
+    expect(replay).toMatchObject({ claimed: false, record: { state: 'completed', token: 'first' } });
+    expect(count()).toBe(3);
+    for (const spy of calls) spy.mockRestore();
+    await store.close();
+    await adapter.disconnect();
+  });
+
+  it('runs on a @keyv/redis adapter or a Keyv instance it is given, and leaves the client open', async () => {
+    const adapter = new KeyvRedis(REDIS_URL);
+    const store = redisStore({ adapter });
+    const key = randomUUID();
+    expect((await store.claim(key, claimOf('a'), 5000)).claimed).toBe(true);
+    await store.close();
+    expect(adapter.client.isOpen).toBe(true);
+
+    const viaKeyv = redisStore({ keyv: new Keyv(adapter) });
+    expect(await viaKeyv.claim(key, claimOf('b'), 5000)).toMatchObject({ claimed: false, record: { token: 'a' } });
+    await viaKeyv.close();
+    await adapter.disconnect();
+  });
+
+  it('uses the database number of the URL', async () => {
+    const namespace = `ik-test-${randomUUID()}`;
+    const url = new URL(REDIS_URL);
+    url.pathname = '/15';
+    const store = redisStore({ url: url.toString(), namespace });
+    await store.claim('k', claimOf('t'), 5000);
+    expect(await inspector.keys(`${namespace}:*`)).toEqual([]);
+    const db15 = inspector.duplicate({ database: 15 });
+    await db15.connect();
+    expect(await db15.keys(`${namespace}:*`)).toHaveLength(1);
+    await db15.del(`${namespace}:${hashed('k')}`);
+    await db15.close();
+    await store.close();
+  });
+
+  it('S6: a server that accepts but never answers fails each call within timeoutMs', async () => {
+    // Reads and drops everything (a paused socket would never see the client hang up).
+    const silent = net.createServer((socket) => socket.resume());
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
+    const { port } = silent.address() as net.AddressInfo;
+    const store = redisStore({ url: `redis://127.0.0.1:${port}`, timeoutMs: 300 });
+    for (const call of [() => store.claim('k', claimOf('t'), 5000), () => store.get('k')]) {
+      const started = Date.now();
+      await expect(call()).rejects.toThrow(/Redis/);
+      expect(Date.now() - started).toBeLessThan(1500);
+    }
+    await store.close();
+    await new Promise((r) => silent.close(r));
+  });
+
+  it('S6: while Redis is down calls reject at once; after it is back they work again', async () => {
+    const proxy = await proxyTo(REDIS_URL);
+    const store = redisStore({ url: proxy.url(), timeoutMs: 1000 });
+    const key = randomUUID();
+    expect((await store.claim(key, claimOf('t'), 5000)).claimed).toBe(true);
+
+    await proxy.stop();
+    await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 3; i++) {
+      const started = Date.now();
+      await expect(store.get(key)).rejects.toThrow();
+      expect(Date.now() - started).toBeLessThan(1200);
+    }
+
+    await proxy.start();
+    await vi.waitFor(async () => expect(await store.get(key)).toMatchObject({ token: 't' }), { timeout: 5000, interval: 100 });
+    expect(await store.release(key, 't')).toBe(true);
+    await store.close();
+    await proxy.stop();
+  });
+
+  it('rejects bad options with precise TypeErrors', () => {
+    expect(() => redisStore({ url: 'http://x' })).toThrow('Expected `url` to start with redis:// or rediss://, got "http://x"');
+    expect(() => redisStore({ url: 'redis://127.0.0.1:6379/db' })).toThrow(/database number/);
+    expect(() => redisStore({ timeoutMs: -1 })).toThrow('Expected `timeoutMs` to be a positive integer, got -1');
+    expect(() => redisStore({ namespace: '' })).toThrow('Expected `namespace` to be a non-empty string, got ""');
+    expect(() => redisStore({ adapter: {} as never })).toThrow(/@keyv\/redis adapter/);
+    expect(() => redisStore({ keyv: new Keyv() })).toThrow(/Keyv instance over a @keyv\/redis adapter/);
+    expect(() => redisStore({ url: REDIS_URL, keyv: new Keyv() })).toThrow('Expected only one of `url`, `adapter` or `keyv`');
+  });
+
+  it('a closed store rejects calls', async () => {
+    const store = redisStore({ url: REDIS_URL });
+    await store.get('k');
+    await store.close();
+    await expect(store.get('k')).rejects.toThrow(/closed/);
+  });
+});
