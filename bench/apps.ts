@@ -1,0 +1,238 @@
+/**
+ * The benchmark apps: one framework (node, express, fastify, koa) with one idempotency
+ * layer (none, ours, or a peer), all serving `POST /orders` with the same handler
+ * (./handler.ts) and `GET /__stats`. Each builder returns a listening server.
+ * @module
+ */
+import http, { type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { ErrorRequestHandler, RequestHandler } from 'express';
+import type { IdempotencyStore } from '../src/store.js';
+import { placeOrder, statsSnapshot } from './handler.js';
+
+export type Adapter = 'node' | 'express' | 'fastify' | 'koa';
+export type Impl = 'bare' | 'ours' | 'express-idempotency' | 'node-idempotency';
+
+export interface AppOptions {
+  adapter: Adapter;
+  impl: Impl;
+  /** Our store (impl 'ours'). */
+  store?: IdempotencyStore;
+  /** The peer's store kind (peers only): memory or redis. */
+  peerStore?: 'memory' | 'redis';
+  redisUrl?: string;
+  /** Extra figures for /__stats (e.g. counted PostgreSQL queries). */
+  extraStats?: () => Record<string, unknown>;
+}
+
+export interface RunningApp {
+  port: number;
+  close(): Promise<void>;
+}
+
+/**
+ * Load one of our adapters by name. The path is built at run time so that the bench
+ * typechecks while an adapter is still being written; the runner skips the ones missing.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+async function ourAdapter(name: Adapter): Promise<any> {
+  const path = `../adapters/${name}.js`;
+  return import(path);
+}
+
+const JSON_TYPE = { 'content-type': 'application/json; charset=utf-8' };
+
+function readAll(req: IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+async function jsonBody(req: IncomingMessage): Promise<unknown> {
+  const raw = await readAll(req);
+  return raw.length === 0 ? undefined : JSON.parse(raw.toString('utf8'));
+}
+
+function listen(server: Server): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
+  });
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeAllConnections?.();
+  });
+}
+
+const stats = (o: AppOptions) => JSON.stringify(statsSnapshot(o.extraStats?.()));
+
+async function nodeApp(o: AppOptions): Promise<RunningApp> {
+  let orders: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  const handler = async (req: IncomingMessage & { body?: unknown }, res: ServerResponse) => {
+    // Our adapter has already read the body (to fingerprint it) and set req.body.
+    const body = req.body !== undefined ? req.body : await jsonBody(req);
+    const result = await placeOrder(req.headers, body);
+    res.writeHead(result.status, JSON_TYPE).end(result.body);
+  };
+  if (o.impl === 'bare') orders = handler;
+  else if (o.impl === 'ours') {
+    const { withIdempotency } = await import('../adapters/node.js');
+    orders = withIdempotency(handler, { store: o.store! });
+  } else throw new Error(`${o.impl} runs on express only`);
+
+  const server = http.createServer((req, res) => {
+    if (req.method === 'POST' && req.url === '/orders') {
+      orders(req, res).catch((error: unknown) => {
+        console.error(error);
+        if (!res.headersSent) res.writeHead(500).end();
+      });
+    } else if (req.url === '/__stats') res.writeHead(200, JSON_TYPE).end(stats(o));
+    else res.writeHead(404).end();
+  });
+  const port = await listen(server);
+  return { port, close: () => closeServer(server) };
+}
+
+async function expressApp(o: AppOptions): Promise<RunningApp> {
+  const { default: express } = await import('express');
+  const app = express();
+  app.get('/__stats', (_req, res) => {
+    res.type('application/json').send(stats(o));
+  });
+  const handler: RequestHandler = (req, res, next) => {
+    placeOrder(req.headers, req.body).then((r) => res.status(r.status).type('application/json').send(r.body), next);
+  };
+
+  if (o.impl === 'bare') app.post('/orders', express.json(), handler);
+  else if (o.impl === 'ours') {
+    const { idempotency } = await ourAdapter('express');
+    app.post('/orders', express.json(), idempotency({ store: o.store! }), handler);
+  } else if (o.impl === 'express-idempotency') {
+    // As its README shows: the middleware, then the route checks isHit().
+    if (o.peerStore !== 'memory') throw new Error('express-idempotency ships an in-memory store only');
+    const { idempotency, getSharedIdempotencyService } = await import('express-idempotency');
+    app.post('/orders', express.json(), idempotency(), (req, res, next) => {
+      if (getSharedIdempotencyService().isHit(req)) return;
+      handler(req, res, next);
+    });
+  } else {
+    // @node-idempotency/core as its README shows: onRequest before the business logic,
+    // onResponse with the result once it completes (awaited before answering, as we do).
+    const core = await import('@node-idempotency/core');
+    let storage;
+    if (o.peerStore === 'redis') {
+      const { RedisStorageAdapter } = await import('@node-idempotency/storage-adapter-redis');
+      storage = new RedisStorageAdapter({ url: o.redisUrl });
+      await storage.connect();
+    } else {
+      const { MemoryStorageAdapter } = await import('@node-idempotency/storage-adapter-memory');
+      storage = new MemoryStorageAdapter();
+    }
+    const idem = new core.Idempotency(storage, {});
+    const status: Record<string, number> = {
+      [core.IdempotencyErrorCodes.REQUEST_IN_PROGRESS]: 409,
+      [core.IdempotencyErrorCodes.IDEMPOTENCY_FINGERPRINT_MISSMATCH]: 422,
+      [core.IdempotencyErrorCodes.IDEMPOTENCY_KEY_LEN_EXEEDED]: 400,
+      [core.IdempotencyErrorCodes.IDEMPOTENCY_KEY_MISSING]: 400,
+    };
+    app.post('/orders', express.json(), async (req, res) => {
+      const params = { method: req.method, path: req.path, headers: req.headers, body: req.body as Record<string, unknown> };
+      try {
+        const cached = await idem.onRequest(params);
+        if (cached) {
+          res.status(Number(cached.additional?.status ?? 200)).type('application/json').send(cached.body as string);
+          return;
+        }
+      } catch (error) {
+        if (error instanceof core.IdempotencyError) {
+          res.status(status[error.code] ?? 400).json({ error: error.message });
+          return;
+        }
+        throw error;
+      }
+      const r = await placeOrder(req.headers, req.body);
+      await idem.onResponse(params, { body: r.body, additional: { status: r.status } });
+      res.status(r.status).type('application/json').send(r.body);
+    });
+  }
+  // Errors passed to next() (express-idempotency's 409 and 417) answer with their status,
+  // without the default handler's stack trace on stderr.
+  app.use(((error, _req, res, _next) => {
+    const code = res.statusCode >= 400 ? res.statusCode : 500;
+    if (code >= 500) console.error(error);
+    if (!res.headersSent) res.status(code).json({ error: (error as Error).message });
+  }) as ErrorRequestHandler);
+
+  const server = http.createServer(app);
+  const port = await listen(server);
+  return { port, close: () => closeServer(server) };
+}
+
+async function fastifyApp(o: AppOptions): Promise<RunningApp> {
+  const { default: Fastify } = await import('fastify');
+  const app = Fastify({ logger: false });
+  app.get('/__stats', async (_req, reply) => reply.type('application/json').send(stats(o)));
+  if (o.impl === 'ours') {
+    const mod = (await ourAdapter('fastify')) as Record<string, unknown>;
+    const plugin = (mod.idempotency ?? mod.default) as Parameters<typeof app.register>[0];
+    await app.register(plugin, { store: o.store! } as never);
+  } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
+  app.post('/orders', async (req, reply) => {
+    const r = await placeOrder(req.headers, req.body);
+    return reply.code(r.status).type('application/json').send(r.body);
+  });
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const port = (app.server.address() as AddressInfo).port;
+  return { port, close: () => app.close() };
+}
+
+async function koaApp(o: AppOptions): Promise<RunningApp> {
+  const { default: Koa } = await import('koa');
+  const { bodyParser } = await import('@koa/bodyparser');
+  const app = new Koa();
+  app.use(async (ctx, next) => {
+    if (ctx.path === '/__stats') {
+      ctx.type = 'application/json';
+      ctx.body = stats(o);
+      return;
+    }
+    await next();
+  });
+  app.use(bodyParser());
+  if (o.impl === 'ours') {
+    const { idempotency } = await ourAdapter('koa');
+    app.use(idempotency({ store: o.store! }));
+  } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
+  app.use(async (ctx) => {
+    if (ctx.method !== 'POST' || ctx.path !== '/orders') {
+      ctx.status = 404;
+      return;
+    }
+    const r = await placeOrder(ctx.request.headers, (ctx.request as { body?: unknown }).body);
+    ctx.status = r.status;
+    ctx.type = 'application/json';
+    ctx.body = r.body;
+  });
+  const server = http.createServer(app.callback());
+  const port = await listen(server);
+  return { port, close: () => closeServer(server) };
+}
+
+export function startApp(o: AppOptions): Promise<RunningApp> {
+  switch (o.adapter) {
+    case 'node':
+      return nodeApp(o);
+    case 'express':
+      return expressApp(o);
+    case 'fastify':
+      return fastifyApp(o);
+    case 'koa':
+      return koaApp(o);
+  }
+}

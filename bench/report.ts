@@ -1,0 +1,340 @@
+/**
+ * Turns a bench run into the generated part of docs/benchmarks.md (tables, target check)
+ * and docs/benchmarks.svg (a hand-rolled bar chart of req/s against the bare handler).
+ * @module
+ */
+import type { BurstResult, LoadResult, Scenario } from './lib.js';
+import type { FingerprintResult } from './fingerprint.js';
+
+export interface Row extends LoadResult {
+  adapter: string;
+  impl: 'bare' | 'ours' | 'express-idempotency' | 'node-idempotency';
+  store: string;
+  scenario: Scenario;
+  /** Handler executions during the measured window. */
+  executions: number;
+  doubleExecutions: number;
+  maxRssBytes: number;
+  burst?: BurstResult;
+}
+
+export interface RoundTripRow {
+  store: 'redis' | 'postgres';
+  impl: Row['impl'];
+  path: string;
+  requests: number;
+  perRequest: number;
+  /** Per request, by Redis command or SQL keyword. */
+  breakdown: Record<string, number>;
+}
+
+export interface BenchResults {
+  mode: 'quick' | 'full';
+  command: string;
+  date: string;
+  durationS: number;
+  warmupS: number;
+  connections: number;
+  elapsedS: number;
+  loadBefore: number[];
+  loadAfter: number[];
+  machine: { cpu: string; memoryGiB: number; os: string; node: string; autocannon: string; commit: string };
+  rows: Row[];
+  roundTrips: RoundTripRow[];
+  fingerprint: FingerprintResult | undefined;
+  skipped: string[];
+  notes: string[];
+  problems: string[];
+}
+
+const IMPL_LABEL: Record<Row['impl'], string> = {
+  bare: 'bare handler',
+  ours: 'idempotency-kit',
+  'express-idempotency': 'express-idempotency@1.0.6',
+  'node-idempotency': '@node-idempotency/core@1.0.11',
+};
+
+const SCENARIO_LABEL: Record<Scenario, string> = {
+  bare: 'bare handler',
+  first: 'first execution',
+  replay: 'replay',
+  storm: 'duplicate storm',
+};
+
+const n0 = (n: number) => Math.round(n).toLocaleString('en-US');
+const n1 = (n: number) => n.toLocaleString('en-US', { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+const n2 = (n: number) => n.toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+const mib = (bytes: number) => `${n0(bytes / 2 ** 20)}`;
+
+/** The bare handler's req/s and p99 for an adapter: the mean of its runs in this bench. */
+export function bareOf(results: BenchResults, adapter: string): { reqPerSec: number; p99: number; runs: Row[] } | undefined {
+  const runs = results.rows.filter((r) => r.adapter === adapter && r.impl === 'bare');
+  if (runs.length === 0) return undefined;
+  return {
+    reqPerSec: runs.reduce((s, r) => s + r.reqPerSec, 0) / runs.length,
+    p99: runs.reduce((s, r) => s + r.p99, 0) / runs.length,
+    runs,
+  };
+}
+
+export function ratio(results: BenchResults, row: Row): number | undefined {
+  const bare = bareOf(results, row.adapter);
+  return bare ? row.reqPerSec / bare.reqPerSec : undefined;
+}
+
+function answers(row: Row): string {
+  const entries = Object.entries(row.statusCodes).sort();
+  if (entries.length === 1 && entries[0]![0] === '201') return 'all 201';
+  return entries.map(([code, count]) => `${n0(count)}×${code}`).join(', ');
+}
+
+function doubles(row: Row): string {
+  if (row.scenario !== 'storm') return '';
+  const parts = [`${row.doubleExecutions}`];
+  if (row.burst) parts.push(`burst ${row.burst.doubleExecutions} (${row.burst.executions} runs / ${row.burst.keys} keys)`);
+  return parts.join('; ');
+}
+
+function table(header: string[], rows: string[][]): string {
+  const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
+  return [line(header), line(header.map((h, i) => (i === 0 || /store|scenario|layer|answers|path|method|size|commands/i.test(h) ? '---' : '---:'))), ...rows.map(line)].join('\n');
+}
+
+function rowCells(results: BenchResults, r: Row, first: string[]): string[] {
+  const x = ratio(results, r);
+  const bare = bareOf(results, r.adapter);
+  return [
+    ...first,
+    n0(r.reqPerSec),
+    x === undefined ? '' : `**${n2(x)}×**`,
+    n1(r.p50),
+    n1(r.p99),
+    bare && r.impl !== 'bare' ? `${n2(r.p99 / Math.max(bare.p99, 0.001))}×` : '',
+    mib(r.maxRssBytes),
+    answers(r),
+    doubles(r),
+  ];
+}
+
+interface Target {
+  target: string;
+  figure: string;
+  met: boolean | undefined;
+}
+
+/** Check each target of the issue against this run's figures. */
+export function targets(results: BenchResults): Target[] {
+  const out: Target[] = [];
+  const find = (adapter: string, impl: Row['impl'], store: string, scenario: Scenario) =>
+    results.rows.find((r) => r.adapter === adapter && r.impl === impl && r.store === store && r.scenario === scenario);
+  const first = find('node', 'ours', 'memory', 'first');
+  const replay = find('node', 'ours', 'memory', 'replay');
+  const fx = first && ratio(results, first);
+  const rx = replay && ratio(results, replay);
+  out.push({ target: 'Node adapter, memory, first execution ≥ 0.85× bare req/s', figure: fx === undefined ? 'not measured' : `${n2(fx)}×`, met: fx === undefined ? undefined : fx >= 0.85 });
+  out.push({ target: 'Node adapter, memory, replay ≥ 1.0× bare req/s', figure: rx === undefined ? 'not measured' : `${n2(rx)}×`, met: rx === undefined ? undefined : rx >= 1.0 });
+  for (const store of ['redis', 'postgres'] as const) {
+    const rt = (p: (path: string) => boolean) => results.roundTrips.find((r) => r.store === store && r.impl === 'ours' && p(r.path));
+    const f = rt((p) => p === 'first execution');
+    const rp = rt((p) => p === 'replay');
+    const slow = rt((p) => p.includes('handler takes'));
+    out.push({ target: `${store}: 2 round trips for a new key`, figure: f ? n2(f.perRequest) : 'not measured', met: f ? Math.abs(f.perRequest - 2) < 0.005 : undefined });
+    out.push({ target: `${store}: 1 round trip for a replay`, figure: rp ? n2(rp.perRequest) : 'not measured', met: rp ? Math.abs(rp.perRequest - 1) < 0.005 : undefined });
+    out.push({
+      target: `${store}: 0 extra while the handler runs (default lease)`,
+      figure: slow ? `${n2(slow.perRequest)} (${slow.path.replace('first execution, ', '')})` : 'not measured',
+      met: slow ? Math.abs(slow.perRequest - 2) < 0.005 : undefined,
+    });
+  }
+  // Peers: every scenario where both answered the same way (all 2xx).
+  for (const peer of ['express-idempotency', 'node-idempotency'] as const) {
+    for (const r of results.rows.filter((x) => x.impl === peer)) {
+      const ours = find('express', 'ours', r.store, r.scenario);
+      const label = `ahead of ${IMPL_LABEL[peer]} (${r.store}, ${SCENARIO_LABEL[r.scenario]})`;
+      if (!ours) {
+        out.push({ target: label, figure: 'ours not measured', met: undefined });
+        continue;
+      }
+      const comparable = r.non2xx === 0 && ours.non2xx === 0;
+      const figure = `req/s ${n0(ours.reqPerSec)} vs ${n0(r.reqPerSec)}, p99 ${n1(ours.p99)} vs ${n1(r.p99)} ms`;
+      if (!comparable) {
+        out.push({ target: label, figure: `${figure}; not comparable: the peer answered ${answers(r)}`, met: undefined });
+        continue;
+      }
+      out.push({ target: label, figure, met: ours.reqPerSec > r.reqPerSec && ours.p99 <= r.p99 });
+    }
+  }
+  const ourDoubles = results.rows
+    .filter((r) => r.impl === 'ours' && r.scenario === 'storm')
+    .reduce((s, r) => s + r.doubleExecutions + (r.burst?.doubleExecutions ?? 0), 0);
+  const storms = results.rows.filter((r) => r.impl === 'ours' && r.scenario === 'storm').length;
+  out.push({ target: 'zero double executions (ours)', figure: `${ourDoubles} in ${storms} storms`, met: storms > 0 ? ourDoubles === 0 : undefined });
+  return out;
+}
+
+export function renderMarkdown(results: BenchResults): string {
+  const out: string[] = [];
+  const m = results.machine;
+  out.push(`## Results (${results.mode} run, ${results.date.slice(0, 16).replace('T', ' ')} UTC)`);
+  out.push('');
+  out.push(`- Machine: ${m.cpu}, ${m.memoryGiB} GiB, ${m.os}; Node ${m.node}; autocannon ${m.autocannon}${m.commit ? `; commit ${m.commit}` : ''}`);
+  out.push(`- Command: \`${results.command}\` (took ${n0(results.elapsedS)} s)`);
+  out.push(
+    `- Each run: a fresh server process, ${results.warmupS} s warm-up, then ${results.durationS} s of autocannon with ${results.connections} connections from the bench process (pipelining 1); one POST /orders with a 250-byte JSON body per request.`,
+  );
+  out.push(`- Load average (1, 5, 15 min) before: ${results.loadBefore.map(n2).join(', ')}; after: ${results.loadAfter.map(n2).join(', ')} (2 cores; other work on the machine lowers every figure, ratios are taken within this run).`);
+  for (const s of results.skipped) out.push(`- **Skipped:** ${s}`);
+  for (const n of results.notes) out.push(`- Note: ${n}`);
+  out.push('');
+  out.push('![req/s against the bare handler](benchmarks.svg)');
+  out.push('');
+
+  out.push('### Targets');
+  out.push('');
+  out.push(table(['target', 'this run', 'met'], targets(results).map((t) => [t.target, t.figure, t.met === undefined ? '–' : t.met ? 'yes' : '**no**'])));
+  out.push('');
+
+  const header = ['store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'peak RSS MiB', 'answers', 'double executions'];
+  for (const adapter of [...new Set(results.rows.map((r) => r.adapter))]) {
+    const bare = bareOf(results, adapter);
+    const rows = results.rows.filter((r) => r.adapter === adapter && (r.impl === 'ours' || r.impl === 'bare'));
+    if (rows.length === 0) continue;
+    out.push(`### ${adapter} adapter`);
+    out.push('');
+    if (bare && bare.runs.length > 1) {
+      out.push(`Bare handler: ${bare.runs.map((r) => n0(r.reqPerSec)).join(' and ')} req/s (start and end of the block); ratios use the mean, ${n0(bare.reqPerSec)}.`);
+      out.push('');
+    }
+    out.push(table(header, rows.map((r) => rowCells(results, r, [r.impl === 'bare' ? '–' : r.store, SCENARIO_LABEL[r.scenario]]))));
+    out.push('');
+  }
+
+  const peerRows = results.rows.filter((r) => r.impl === 'express-idempotency' || r.impl === 'node-idempotency');
+  if (peerRows.length > 0) {
+    out.push('### Peers on Express (same handler, same store kind)');
+    out.push('');
+    const stores = [...new Set(peerRows.map((r) => r.store))];
+    const rows: Row[] = [];
+    for (const store of stores) {
+      for (const scenario of ['first', 'replay', 'storm'] as Scenario[]) {
+        for (const impl of ['ours', 'express-idempotency', 'node-idempotency'] as Row['impl'][]) {
+          const r = results.rows.find((x) => x.adapter === 'express' && x.impl === impl && x.store === store && x.scenario === scenario);
+          if (r) rows.push(r);
+        }
+      }
+    }
+    out.push(table(['layer', 'store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'peak RSS MiB', 'answers', 'double executions'],
+      rows.map((r) => rowCells(results, r, [IMPL_LABEL[r.impl], r.store, SCENARIO_LABEL[r.scenario]]))));
+    out.push('');
+  }
+
+  if (results.roundTrips.length > 0) {
+    out.push('### Store round trips per request (counted)');
+    out.push('');
+    out.push(table(['layer', 'store', 'path', 'requests', 'round trips / request', 'commands / statements per request'],
+      results.roundTrips.map((r) => [
+        IMPL_LABEL[r.impl],
+        r.store,
+        r.path,
+        String(r.requests),
+        `**${n2(r.perRequest)}**`,
+        Object.entries(r.breakdown).map(([k, v]) => `${k} ${n2(v)}`).join(', '),
+      ])));
+    out.push('');
+  }
+
+  const fp = results.fingerprint;
+  if (fp) {
+    out.push('### Fingerprint cost by body size');
+    out.push('');
+    const sizes = [...new Set(fp.cases.map((c) => c.size))];
+    const methods = [...new Set(fp.cases.map((c) => c.method))];
+    out.push(table(['method', ...sizes.map((s) => `${s} (ms)`)],
+      methods.map((meth) => [meth, ...sizes.map((s) => {
+        const c = fp.cases.find((x) => x.method === meth && x.size === s);
+        return c ? (c.ms < 1 ? c.ms.toFixed(4) : n1(c.ms)) : '';
+      })])));
+    out.push('');
+    out.push(`object-hash ÷ canonical fast path: ${fp.ratios.map((r) => `${r.size} **${n1(r.objectHashOverFastPath)}×**`).join(', ')}. Key order changes no hash on either path: ${fp.orderInsensitive ? 'checked' : '**failed**'}.`);
+    out.push('');
+  }
+
+  if (results.problems.length > 0) {
+    out.push('### Problems in this run');
+    out.push('');
+    for (const p of results.problems) out.push(`- ${p.split('\n')[0]}`);
+    out.push('');
+  }
+  return out.join('\n');
+}
+
+const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+
+/** A horizontal bar chart: req/s ÷ the same adapter's bare handler, per scenario. */
+export function renderSvg(results: BenchResults): string {
+  interface Group {
+    label: string;
+    bars: { scenario: Scenario; value: number }[];
+  }
+  const groups: Group[] = [];
+  const keys = new Map<string, Group>();
+  for (const r of results.rows) {
+    if (r.impl === 'bare') continue;
+    const x = ratio(results, r);
+    if (x === undefined) continue;
+    const label = r.impl === 'ours' ? `${r.adapter} · ${r.store}` : `${IMPL_LABEL[r.impl].replace(/@.*$/, '')} · ${r.store}`;
+    let g = keys.get(label);
+    if (!g) {
+      g = { label, bars: [] };
+      keys.set(label, g);
+      groups.push(g);
+    }
+    g.bars.push({ scenario: r.scenario, value: x });
+  }
+  const colors: Record<string, string> = { first: '#3b6fb6', replay: '#2e9e6a', storm: '#d08a2c' };
+  const labelW = 250;
+  const plotW = 560;
+  const barH = 9;
+  const gap = 8;
+  const top = 56;
+  const maxValue = Math.max(1.2, ...groups.flatMap((g) => g.bars.map((b) => b.value))) * 1.05;
+  const x = (v: number) => labelW + (v / maxValue) * plotW;
+  const groupH = (g: Group) => g.bars.length * barH + gap;
+  const height = top + groups.reduce((s, g) => s + groupH(g), 0) + 40;
+  const width = labelW + plotW + 70;
+  const out: string[] = [];
+  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, -apple-system, Segoe UI, sans-serif" font-size="12">`);
+  out.push(`<rect width="100%" height="100%" fill="#ffffff"/>`);
+  out.push(`<text x="12" y="20" font-size="15" font-weight="600">req/s ÷ the same framework's bare handler (higher is better)</text>`);
+  out.push(`<text x="12" y="38" fill="#555">${esc(`${results.mode} run ${results.date.slice(0, 10)}, ${results.machine.cpu}, Node ${results.machine.node}; peers on Express`)}</text>`);
+  let lx = labelW;
+  for (const [scenario, color] of Object.entries(colors)) {
+    out.push(`<rect x="${lx}" y="44" width="10" height="10" fill="${color}"/><text x="${lx + 14}" y="53">${SCENARIO_LABEL[scenario as Scenario]}</text>`);
+    lx += 130;
+  }
+  // Grid: every 0.25.
+  const plotBottom = height - 32;
+  for (let v = 0; v <= maxValue + 1e-9; v += 0.25) {
+    const gx = x(v).toFixed(1);
+    const strong = Math.abs(v - 1) < 1e-9;
+    out.push(`<line x1="${gx}" y1="${top - 4}" x2="${gx}" y2="${plotBottom}" stroke="${strong ? '#222' : '#e2e2e2'}" stroke-width="${strong ? 1.5 : 1}"/>`);
+    out.push(`<text x="${gx}" y="${plotBottom + 14}" text-anchor="middle" fill="#555">${v.toFixed(2)}×</text>`);
+  }
+  const t85 = x(0.85).toFixed(1);
+  out.push(`<line x1="${t85}" y1="${top - 4}" x2="${t85}" y2="${plotBottom}" stroke="#b33" stroke-dasharray="4 3"/>`);
+  out.push(`<text x="${t85}" y="${plotBottom + 26}" text-anchor="middle" fill="#b33">0.85× target</text>`);
+  let y = top;
+  for (const g of groups) {
+    const midY = y + (g.bars.length * barH) / 2 + 4;
+    out.push(`<text x="${labelW - 8}" y="${midY.toFixed(1)}" text-anchor="end">${esc(g.label)}</text>`);
+    for (const b of g.bars) {
+      const w = Math.max(1, x(b.value) - labelW);
+      out.push(`<rect x="${labelW}" y="${y}" width="${w.toFixed(1)}" height="${barH - 1}" fill="${colors[b.scenario] ?? '#888'}"><title>${esc(`${g.label}, ${SCENARIO_LABEL[b.scenario]}: ${n2(b.value)}×`)}</title></rect>`);
+      out.push(`<text x="${(labelW + w + 4).toFixed(1)}" y="${y + barH - 1}" font-size="9" fill="#333">${n2(b.value)}</text>`);
+      y += barH;
+    }
+    y += gap;
+  }
+  out.push('</svg>');
+  return `${out.join('\n')}\n`;
+}

@@ -1,0 +1,518 @@
+/**
+ * `npm run bench [-- options]`: overhead per adapter and store against the bare handler,
+ * store round trips per request, peers side by side, fingerprint cost. Servers run in
+ * child processes (bench/server.ts); autocannon drives them from this process.
+ *
+ * Options:
+ *   --quick              a smoke run (< 1 min): node and express on memory, short runs
+ *   --duration=S         seconds per measured run (default 5, quick 1)
+ *   --warmup=S           seconds of warm-up load before each measured run (default 1, quick 0.3)
+ *   --connections=N      autocannon connections (default 32)
+ *   --adapters=a,b       subset of node,express,fastify,koa
+ *   --stores=a,b         subset of memory,sqlite,redis,postgres
+ *   --no-matrix --no-peers --no-round-trips --no-fingerprint   skip a part
+ *   --write / --no-write write docs/benchmarks.md (generated part) and docs/benchmarks.svg
+ *                        (default: write in full mode, not in quick mode)
+ *   --cpu-prof           servers write V8 CPU profiles to bench/profiles/
+ *
+ * Exit code 1 when a server does not start, a run has connection errors, timeouts or
+ * 5xx answers, our layer answers a non-2xx where it must not, or our layer executes a
+ * request twice. Slow numbers never fail the run.
+ * @module
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import {
+  burst,
+  load,
+  prime,
+  reachable,
+  redisMonitor,
+  ROOT,
+  sequential,
+  startPrivateRedis,
+  startServer,
+  type BurstResult,
+  type LoadResult,
+  type Scenario,
+  type ServerEnv,
+  type ServerHandle,
+} from './lib.js';
+import { renderMarkdown, renderSvg, type BenchResults, type RoundTripRow, type Row } from './report.js';
+import type { FingerprintResult } from './fingerprint.js';
+
+const argv = process.argv.slice(2);
+const flag = (name: string) => argv.includes(`--${name}`);
+const opt = (name: string) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+
+const quick = flag('quick');
+const durationS = Number(opt('duration') ?? (quick ? 1 : 5));
+const warmupS = Number(opt('warmup') ?? (quick ? 0.3 : 1));
+const connections = Number(opt('connections') ?? 32);
+const ALL_ADAPTERS = ['node', 'express', 'fastify', 'koa'] as const;
+const ALL_STORES = ['memory', 'sqlite', 'redis', 'postgres'] as const;
+type AdapterName = (typeof ALL_ADAPTERS)[number];
+type StoreName = (typeof ALL_STORES)[number];
+const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express'] : [...ALL_ADAPTERS])) as AdapterName[];
+const stores = (opt('stores')?.split(',') ?? (quick ? ['memory'] : [...ALL_STORES])) as StoreName[];
+const peers = !flag('no-peers');
+const roundTrips = !flag('no-round-trips');
+const fingerprint = !flag('no-fingerprint');
+const write = flag('write') || (!quick && !flag('no-write'));
+const cpuProfDir = flag('cpu-prof') ? path.join(ROOT, 'bench/profiles') : undefined;
+const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgresql://postgres@127.0.0.1:5432/test';
+const NAMESPACE = 'bench_idempotency';
+const runId = `b${Date.now().toString(36)}`;
+let runCounter = 0;
+
+const problems: string[] = [];
+const skipped: string[] = [];
+const started = Date.now();
+const log = (line: string) => process.stdout.write(`${line}\n`);
+
+function fmt(n: number, digits = 0): string {
+  return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+// ---------------------------------------------------------------- services and stores
+let privateRedis: Awaited<ReturnType<typeof startPrivateRedis>>;
+let redisUrl: string | undefined;
+let redisNote = '';
+let sqliteDir: string | undefined;
+const storeUrls: Partial<Record<StoreName, string>> = {};
+
+async function setUpStores(): Promise<void> {
+  const wanted = new Set<string>(stores);
+  if (peers) wanted.add('redis');
+  if (roundTrips) {
+    wanted.add('redis');
+    wanted.add('postgres');
+  }
+  const { createStore } = await import('../drivers/create-store.js');
+  const driverMissing = (name: StoreName, url: string): string | undefined => {
+    if (name !== 'memory' && !existsSync(path.join(ROOT, `drivers/${name}.ts`))) return `drivers/${name}.ts has not landed`;
+    try {
+      // createStore is lazy: this checks the scheme only, it does not connect.
+      void createStore(url).close();
+    } catch (error) {
+      return `createStore(${JSON.stringify(url)}) refuses it: ${(error as Error).message.split('. ')[0]}`;
+    }
+    return undefined;
+  };
+  storeUrls.memory = 'memory://';
+  if (wanted.has('sqlite')) {
+    sqliteDir = mkdtempSync(path.join(os.tmpdir(), 'idempotency-bench-'));
+    const url = `sqlite://${path.join(sqliteDir, 'bench.sqlite')}`;
+    const why = driverMissing('sqlite', url);
+    if (why) skipped.push(`sqlite: ${why}`);
+    else storeUrls.sqlite = url;
+  }
+  if (wanted.has('redis')) {
+    privateRedis = await startPrivateRedis();
+    if (privateRedis) redisUrl = privateRedis.url;
+    else {
+      const shared = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+      const u = new URL(shared);
+      if (await reachable(u.hostname, Number(u.port || 6379))) {
+        redisUrl = shared;
+        redisNote = 'redis-server could not be started for the run: the shared instance was used, so command counts may include other clients';
+      }
+    }
+    if (!redisUrl) skipped.push('redis: no redis-server binary and nothing listens at REDIS_URL');
+    else {
+      const why = driverMissing('redis', redisUrl);
+      if (why) skipped.push(`redis: ${why}`);
+      else storeUrls.redis = redisUrl;
+    }
+  }
+  if (wanted.has('postgres')) {
+    const u = new URL(POSTGRES_URL);
+    if (!(await reachable(u.hostname, Number(u.port || 5432)))) skipped.push(`postgres: nothing listens at ${u.host}`);
+    else {
+      const why = driverMissing('postgres', POSTGRES_URL);
+      if (why) skipped.push(`postgres: ${why}`);
+      else {
+        storeUrls.postgres = POSTGRES_URL;
+        await dropBenchTable();
+      }
+    }
+  }
+}
+
+async function tearDownStores(): Promise<void> {
+  await privateRedis?.stop();
+  if (sqliteDir) rmSync(sqliteDir, { recursive: true, force: true });
+  if (storeUrls.postgres) await dropBenchTable();
+}
+
+/** The bench's own table only (its namespace); the test database stays as it was. */
+async function dropBenchTable(): Promise<void> {
+  {
+    const pg = (await import('pg')).default;
+    const client = new pg.Client({ connectionString: POSTGRES_URL });
+    try {
+      await client.connect();
+      await client.query(`DROP TABLE IF EXISTS ${NAMESPACE}`);
+    } catch {
+      // left for the next run (it only holds bench keys)
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+}
+
+// ---------------------------------------------------------------- one measured run
+interface Spec {
+  adapter: AdapterName;
+  impl: Row['impl'];
+  store: StoreName | 'none';
+  scenario: Scenario;
+  /** Also fire the double-execution burst (storm only). */
+  withBurst?: boolean;
+}
+
+function envFor(spec: Spec, extra: Partial<ServerEnv> = {}): ServerEnv {
+  const env: ServerEnv = { ADAPTER: spec.adapter, IMPL: spec.impl, NAMESPACE, ...extra };
+  if (spec.impl === 'ours') env.STORE_URL = storeUrls[spec.store as StoreName];
+  if (spec.impl === 'express-idempotency' || spec.impl === 'node-idempotency') {
+    env.PEER_STORE = spec.store;
+    if (spec.store === 'redis') env.REDIS_URL = redisUrl;
+  }
+  if (spec.scenario === 'storm') env.COUNT_KEYS = '1';
+  return env;
+}
+
+const isOurs = (spec: Spec) => spec.impl === 'ours';
+
+function check(spec: Spec, label: string, r: LoadResult, executions: number, doubles: number, b?: BurstResult): void {
+  const say = (what: string) => problems.push(`${label}: ${what}`);
+  if (r.errors > 0) say(`${r.errors} connection errors`);
+  if (r.timeouts > 0) say(`${r.timeouts} timeouts`);
+  if (r.requests === 0) say('no request completed');
+  const fivexx = Object.entries(r.statusCodes).filter(([c]) => Number(c) >= 500);
+  // A peer's 5xx is its measured behaviour (reported); ours fails the run.
+  if (fivexx.length > 0 && isOurs(spec)) say(`5xx answers ${JSON.stringify(Object.fromEntries(fivexx))}`);
+  if (spec.impl === 'bare' || isOurs(spec)) {
+    const non2xx = Object.entries(r.statusCodes).filter(([c]) => Number(c) < 200 || Number(c) >= 300);
+    const allowed = spec.scenario === 'storm' ? non2xx.filter(([c]) => c !== '409') : non2xx;
+    if (allowed.length > 0) say(`unexpected answers ${JSON.stringify(Object.fromEntries(allowed))}`);
+  }
+  if (isOurs(spec)) {
+    if (spec.scenario === 'replay' && executions > 0) say(`the handler ran ${executions} times during replays`);
+    if (doubles > 0) say(`${doubles} double executions`);
+    if (b && b.doubleExecutions > 0) say(`${b.doubleExecutions} double executions in the burst`);
+    if (b && Object.keys(b.statusCodes).some((c) => c === 'error' || Number(c) >= 500)) {
+      say(`burst answers ${JSON.stringify(b.statusCodes)}`);
+    }
+  }
+}
+
+async function measure(spec: Spec): Promise<Row | undefined> {
+  const label = `${spec.adapter}/${spec.impl}/${spec.store}/${spec.scenario}`;
+  let server: ServerHandle;
+  try {
+    server = await startServer(envFor(spec), { cpuProfDir });
+  } catch (error) {
+    problems.push(`${label}: ${(error as Error).message}`);
+    log(`  ${label.padEnd(44)} FAILED TO START`);
+    return undefined;
+  }
+  try {
+    const keyPrefix = `${runId}-${runCounter++}`;
+    if (spec.scenario === 'replay') {
+      const status = await prime(server.url, `${keyPrefix}-replay`);
+      if (status !== 201) problems.push(`${label}: priming request answered ${status}`);
+    }
+    if (warmupS > 0) {
+      // Same replay key; fresh keys otherwise.
+      const warmPrefix = spec.scenario === 'replay' ? keyPrefix : `${keyPrefix}-w`;
+      await load(server.url, spec.scenario, { durationS: warmupS, connections, keyPrefix: warmPrefix });
+    }
+    const before = await server.stats();
+    const r = await load(server.url, spec.scenario, { durationS, connections, keyPrefix });
+    const after = await server.stats();
+    const executions = after.executions - before.executions;
+    const doubles = after.doubleExecutions - before.doubleExecutions;
+    let b: BurstResult | undefined;
+    if (spec.withBurst) {
+      b = await burst(server, { keys: quick ? 5 : 20, perKey: 25, delayMs: 20, keyPrefix });
+    }
+    check(spec, label, r, executions, doubles, b);
+    const row: Row = {
+      adapter: spec.adapter,
+      impl: spec.impl,
+      store: spec.store,
+      scenario: spec.scenario,
+      ...r,
+      executions,
+      doubleExecutions: doubles,
+      maxRssBytes: after.maxRssBytes,
+      burst: b,
+    };
+    log(
+      `  ${label.padEnd(44)} ${fmt(r.reqPerSec).padStart(7)} req/s  p50 ${fmt(r.p50, 1).padStart(5)} ms  p99 ${fmt(r.p99, 1).padStart(6)} ms  ` +
+        `rss ${fmt(after.maxRssBytes / 2 ** 20)} MiB${r.non2xx ? `  non-2xx ${JSON.stringify(r.statusCodes)}` : ''}` +
+        `${b ? `  burst: ${b.executions} executions for ${b.keys} keys` : ''}`,
+    );
+    const stderr = server.stderr().trim();
+    if (stderr && isOurs(spec)) log(`    server stderr: ${stderr.split('\n').slice(0, 5).join('\n    ')}`);
+    return row;
+  } catch (error) {
+    problems.push(`${label}: ${(error as Error).message}`);
+    log(`  ${label.padEnd(44)} FAILED: ${(error as Error).message}`);
+    return undefined;
+  } finally {
+    await server.stop();
+  }
+}
+
+// ---------------------------------------------------------------- round trips
+async function countRoundTrips(): Promise<RoundTripRow[]> {
+  const rows: RoundTripRow[] = [];
+  const n = quick ? 40 : 200;
+  const slow = { count: 10, delayMs: quick ? 300 : 1000 };
+  const targets: { store: 'redis' | 'postgres'; impl: Row['impl']; adapter: AdapterName }[] = [];
+  if (storeUrls.redis) targets.push({ store: 'redis', impl: 'ours', adapter: 'node' });
+  if (storeUrls.postgres) targets.push({ store: 'postgres', impl: 'ours', adapter: 'node' });
+  if (peers && redisUrl) targets.push({ store: 'redis', impl: 'node-idempotency', adapter: 'express' });
+  for (const t of targets) {
+    if (t.impl === 'ours' && !existsSync(path.join(ROOT, `adapters/${t.adapter}.ts`))) continue;
+    const spec: Spec = { adapter: t.adapter, impl: t.impl, store: t.store, scenario: 'first' };
+    const label = `${t.impl} ${t.store}`;
+    let server: ServerHandle;
+    try {
+      server = await startServer(envFor(spec, t.store === 'postgres' ? { COUNT_PG: '1' } : {}));
+    } catch (error) {
+      problems.push(`round trips ${label}: ${(error as Error).message}`);
+      continue;
+    }
+    try {
+      const prefix = `${runId}-rt-${runCounter++}`;
+      // Redis: MONITOR around each batch (client commands only, not those a script runs).
+      // PostgreSQL: the server's counting wrapper around pg's Client#query.
+      let monitor: Awaited<ReturnType<typeof redisMonitor>> | undefined;
+      const snapshot = async (phase: 'before' | 'after'): Promise<Record<string, number>> => {
+        if (t.store === 'redis') {
+          if (phase === 'before') {
+            monitor = await redisMonitor(redisUrl!);
+            return {};
+          }
+          const seen = await monitor!.stop();
+          return seen.client;
+        }
+        const stats = await server.stats();
+        return stats.pgByKind ?? {};
+      };
+      const delta = (a: Record<string, number>, b: Record<string, number>, per: number) => {
+        const out: Record<string, number> = {};
+        let total = 0;
+        for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) {
+          const d = (b[k] ?? 0) - (a[k] ?? 0);
+          if (d !== 0) out[k] = d / per;
+          total += d;
+        }
+        return { perRequest: total / per, breakdown: out };
+      };
+      const expectAll = (statuses: number[], status: number, what: string) => {
+        const bad = statuses.filter((s) => s !== status);
+        if (bad.length > 0) problems.push(`round trips ${label} ${what}: ${bad.length} answers were not ${status} (${bad.slice(0, 3).join(', ')})`);
+      };
+      // Warm up: connection set-up, script loading, table creation are not per request.
+      await sequential(server.url, Array.from({ length: 5 }, (_, i) => `${prefix}-warm-${i}`));
+      await sequential(server.url, Array.from({ length: 5 }, () => `${prefix}-warm-0`));
+
+      let before = await snapshot('before');
+      expectAll(await sequential(server.url, Array.from({ length: n }, (_, i) => `${prefix}-first-${i}`)), 201, 'first');
+      let after = await snapshot('after');
+      rows.push({ store: t.store, impl: t.impl, path: 'first execution', requests: n, ...delta(before, after, n) });
+
+      await sequential(server.url, [`${prefix}-replayed`]);
+      before = await snapshot('before');
+      expectAll(await sequential(server.url, Array.from({ length: n }, () => `${prefix}-replayed`)), 201, 'replay');
+      after = await snapshot('after');
+      rows.push({ store: t.store, impl: t.impl, path: 'replay', requests: n, ...delta(before, after, n) });
+
+      before = await snapshot('before');
+      const statuses = await Promise.all(
+        Array.from({ length: slow.count }, (_, i) =>
+          sequential(server.url, [`${prefix}-slow-${i}`], { 'x-delay-ms': String(slow.delayMs) }).then((s) => s[0]!),
+        ),
+      );
+      expectAll(statuses, 201, 'slow handler');
+      after = await snapshot('after');
+      rows.push({
+        store: t.store,
+        impl: t.impl,
+        path: `first execution, handler takes ${slow.delayMs} ms`,
+        requests: slow.count,
+        ...delta(before, after, slow.count),
+      });
+      for (const r of rows.filter((x) => x.store === t.store && x.impl === t.impl)) {
+        log(`  ${label.padEnd(24)} ${r.path.padEnd(40)} ${fmt(r.perRequest, 2)} round trips/request  ${JSON.stringify(r.breakdown)}`);
+      }
+    } catch (error) {
+      problems.push(`round trips ${label}: ${(error as Error).message}`);
+    } finally {
+      await server.stop();
+    }
+  }
+  return rows;
+}
+
+// ---------------------------------------------------------------- fingerprint
+function runFingerprint(): FingerprintResult | undefined {
+  const out = spawnSync(process.execPath, ['--import', 'tsx', 'bench/fingerprint.ts', '--json', ...(quick ? ['--quick'] : [])], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    maxBuffer: 10 * 2 ** 20,
+  });
+  if (out.status !== 0) {
+    problems.push(`fingerprint bench failed: ${out.stderr}`);
+    return undefined;
+  }
+  const result = JSON.parse(out.stdout.trim().split('\n').pop()!) as FingerprintResult;
+  if (!result.orderInsensitive) problems.push('fingerprint: key order changed a hash (H14)');
+  for (const r of result.ratios) log(`  ${r.size.padEnd(7)} object-hash / fast path: ${fmt(r.objectHashOverFastPath, 1)}×`);
+  return result;
+}
+
+// ---------------------------------------------------------------- main
+function machine(): BenchResults['machine'] {
+  const cpus = os.cpus();
+  let autocannonVersion = '?';
+  try {
+    autocannonVersion = (JSON.parse(readFileSync(path.join(ROOT, 'node_modules/autocannon/package.json'), 'utf8')) as { version: string }).version;
+  } catch {
+    // reported as '?'
+  }
+  let commit = '';
+  try {
+    commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
+  } catch {
+    // not a git checkout
+  }
+  return {
+    cpu: `${cpus[0]?.model ?? 'unknown CPU'} × ${cpus.length}`,
+    memoryGiB: Math.round(os.totalmem() / 2 ** 30),
+    os: `${os.type()} ${os.release()}`,
+    node: process.version,
+    autocannon: autocannonVersion,
+    commit,
+  };
+}
+
+async function main(): Promise<void> {
+  const loadBefore = os.loadavg();
+  log(`idempotency-kit bench (${quick ? 'quick' : 'full'}): ${durationS} s per run after ${warmupS} s warm-up, ${connections} connections`);
+  log(`load average before: ${loadBefore.map((l) => l.toFixed(2)).join(' ')}`);
+  await setUpStores();
+  for (const s of skipped) log(`SKIPPED ${s}`);
+
+  const rows: Row[] = [];
+  const push = (r: Row | undefined) => {
+    if (r) rows.push(r);
+  };
+  const scenarios: Scenario[] = ['first', 'replay', 'storm'];
+  for (const adapter of flag('no-matrix') ? [] : adapters) {
+    if (adapter !== 'node' && !existsSync(path.join(ROOT, `adapters/${adapter}.ts`))) {
+      skipped.push(`adapter ${adapter}: adapters/${adapter}.ts has not landed`);
+      log(`SKIPPED adapter ${adapter}: adapters/${adapter}.ts has not landed`);
+      continue;
+    }
+    log(`\n${adapter}`);
+    push(await measure({ adapter, impl: 'bare', store: 'none', scenario: 'bare' }));
+    for (const store of stores) {
+      if (!storeUrls[store]) continue;
+      for (const scenario of scenarios) {
+        if (quick && store !== 'memory' && scenario !== 'first') continue;
+        push(await measure({ adapter, impl: 'ours', store, scenario, withBurst: scenario === 'storm' }));
+      }
+    }
+    if (adapter === 'express' && peers) {
+      const peerRuns: [Row['impl'], StoreName][] = [
+        ['express-idempotency', 'memory'],
+        ['node-idempotency', 'memory'],
+        ['node-idempotency', 'redis'],
+      ];
+      for (const [impl, store] of peerRuns) {
+        if (store === 'redis' && !redisUrl) continue;
+        // Ours on the same store kind, measured next to the peer, when the matrix skipped it.
+        if (store === 'redis' && !stores.includes('redis') && storeUrls.redis && !rows.some((r) => r.adapter === 'express' && r.impl === 'ours' && r.store === 'redis')) {
+          for (const scenario of quick ? (['first'] as Scenario[]) : scenarios) {
+            push(await measure({ adapter, impl: 'ours', store, scenario, withBurst: scenario === 'storm' }));
+          }
+        }
+        for (const scenario of quick ? (['first', 'storm'] as Scenario[]) : scenarios) {
+          push(await measure({ adapter, impl, store, scenario, withBurst: scenario === 'storm' }));
+        }
+      }
+    }
+    // A second bare run closes the block: the ratio uses both, so drift over the block shows.
+    if (!quick) push(await measure({ adapter, impl: 'bare', store: 'none', scenario: 'bare' }));
+  }
+
+  let rt: RoundTripRow[] = [];
+  if (roundTrips) {
+    log('\nround trips per request (counted)');
+    if (redisNote) log(`  note: ${redisNote}`);
+    rt = await countRoundTrips();
+  }
+  let fp: FingerprintResult | undefined;
+  if (fingerprint) {
+    log('\nfingerprint cost');
+    fp = runFingerprint();
+  }
+  const loadAfter = os.loadavg();
+  await tearDownStores();
+
+  const results: BenchResults = {
+    mode: quick ? 'quick' : 'full',
+    command: `npm run bench${argv.length ? ` -- ${argv.join(' ')}` : ''}`,
+    date: new Date().toISOString(),
+    durationS,
+    warmupS,
+    connections,
+    elapsedS: (Date.now() - started) / 1000,
+    loadBefore,
+    loadAfter,
+    machine: machine(),
+    rows,
+    roundTrips: rt,
+    fingerprint: fp,
+    skipped,
+    notes: redisNote ? [redisNote] : [],
+    problems,
+  };
+  const md = renderMarkdown(results);
+  log(`\n${md.split('\n').filter((l) => l.startsWith('|') || l.startsWith('#')).length} table lines rendered`);
+  if (write) {
+    mkdirSync(path.join(ROOT, 'bench/results'), { recursive: true });
+    writeFileSync(path.join(ROOT, `bench/results/${results.mode}.json`), `${JSON.stringify(results, null, 1)}\n`);
+    writeFileSync(path.join(ROOT, 'docs/benchmarks.svg'), renderSvg(results));
+    const docPath = path.join(ROOT, 'docs/benchmarks.md');
+    const START = '<!-- bench:start (generated by `npm run bench`; edit outside these markers) -->';
+    const END = '<!-- bench:end -->';
+    const existing = existsSync(docPath) ? readFileSync(docPath, 'utf8') : `# Benchmarks\n\n${START}\n${END}\n`;
+    const s = existing.indexOf(START);
+    const e = existing.indexOf(END);
+    const next = s === -1 || e === -1 ? `${existing.trimEnd()}\n\n${START}\n${md}\n${END}\n` : `${existing.slice(0, s + START.length)}\n${md}\n${existing.slice(e)}`;
+    writeFileSync(docPath, next);
+    log('wrote docs/benchmarks.md, docs/benchmarks.svg and bench/results/');
+  } else {
+    log(md);
+  }
+  log(`\nelapsed ${fmt((Date.now() - started) / 1000, 1)} s; load average after: ${loadAfter.map((l) => l.toFixed(2)).join(' ')}`);
+  if (problems.length > 0) {
+    log(`\n${problems.length} PROBLEM(S):`);
+    for (const p of problems) log(`  - ${p}`);
+    process.exitCode = 1;
+  } else log('no errors, no double executions');
+}
+
+main().catch(async (error: unknown) => {
+  console.error(error);
+  await tearDownStores().catch(() => {});
+  process.exit(1);
+});
