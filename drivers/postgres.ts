@@ -120,6 +120,13 @@ function checkTable(table: unknown): asserts table is string {
   }
 }
 
+/** The URL as shown in errors: a password never reaches a log. */
+function shown(url: unknown): string {
+  return typeof url === 'string'
+    ? JSON.stringify(url.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#@:]*:)[^/?#@]*@/, '$1***@'))
+    : String(url);
+}
+
 function checkPostgresUrl(url: unknown): asserts url is string {
   let parsed: URL | undefined;
   try {
@@ -128,13 +135,13 @@ function checkPostgresUrl(url: unknown): asserts url is string {
     parsed = undefined;
   }
   if (!parsed) {
-    throw new TypeError(`Expected \`url\` to be a postgres:// or postgresql:// URL, got ${JSON.stringify(url) ?? String(url)}`);
+    throw new TypeError(`Expected \`url\` to be a postgres:// or postgresql:// URL, got ${shown(url)}`);
   }
   if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
-    throw new TypeError(`Expected \`url\` to start with postgres:// or postgresql://, got ${JSON.stringify(url)}`);
+    throw new TypeError(`Expected \`url\` to start with postgres:// or postgresql://, got ${shown(url)}`);
   }
   if (!parsed.hostname && !parsed.searchParams.has('host')) {
-    throw new TypeError(`Expected a host in the PostgreSQL URL ${JSON.stringify(url)}, e.g. postgres://user@127.0.0.1:5432/app`);
+    throw new TypeError(`Expected a host in the PostgreSQL URL ${shown(url)}, e.g. postgres://user@127.0.0.1:5432/app`);
   }
 }
 

@@ -146,21 +146,28 @@ function isRedisAdapter(value: unknown): value is KeyvRedis<unknown> {
   return typeof candidate === 'object' && candidate !== null && typeof candidate.getClient === 'function' && typeof candidate.client === 'object';
 }
 
+/** The URL as shown in errors: a password never reaches a log. */
+function shown(url: unknown): string {
+  return typeof url === 'string'
+    ? JSON.stringify(url.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#@:]*:)[^/?#@]*@/, '$1***@'))
+    : String(url);
+}
+
 function checkRedisUrl(url: unknown): asserts url is string {
   if (typeof url !== 'string') throw new TypeError(`Expected \`url\` to be a redis:// or rediss:// URL, got ${String(url)}`);
   let parsed: URL;
   try {
     parsed = new URL(url);
   } catch {
-    throw new TypeError(`Expected \`url\` to be a redis:// or rediss:// URL, got ${JSON.stringify(url)}`);
+    throw new TypeError(`Expected \`url\` to be a redis:// or rediss:// URL, got ${shown(url)}`);
   }
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
-    throw new TypeError(`Expected \`url\` to start with redis:// or rediss://, got ${JSON.stringify(url)}`);
+    throw new TypeError(`Expected \`url\` to start with redis:// or rediss://, got ${shown(url)}`);
   }
-  if (!parsed.hostname) throw new TypeError(`Expected a host in the Redis URL ${JSON.stringify(url)}, e.g. redis://127.0.0.1:6379`);
+  if (!parsed.hostname) throw new TypeError(`Expected a host in the Redis URL ${shown(url)}, e.g. redis://127.0.0.1:6379`);
   if (parsed.pathname !== '' && parsed.pathname !== '/' && !/^\/\d+$/.test(parsed.pathname)) {
     throw new TypeError(
-      `Expected the Redis URL path to be a database number (redis://host:6379/0), got ${JSON.stringify(parsed.pathname)} in ${JSON.stringify(url)}`,
+      `Expected the Redis URL path to be a database number (redis://host:6379/0), got ${JSON.stringify(parsed.pathname)} in ${shown(url)}`,
     );
   }
 }
