@@ -267,6 +267,11 @@ export class Engine {
         result = await this.call('claim', () => store.claim(skey, { fingerprint, token, createdAt: now() }, leaseMs));
       } catch (error) {
         this.emit({ type: 'store-error', key, scope, operation: 'claim', error });
+        // A claim that timed out may still reach the store later (a paused or slow server
+        // runs queued commands when it resumes): without this, that orphan claim would
+        // answer the client's retry with 409 for a whole lease. Best effort, fenced by
+        // this token, so it can only remove our own claim.
+        void this.call('release', () => store.release(skey, token)).catch(() => undefined);
         throw error;
       }
       if (result.claimed) {
