@@ -111,10 +111,14 @@ function checkUrl(target: string, options: CreateStoreOptions): Kind {
   const match = /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(target);
   if (!match) throw unsupported(shown, 'it is not a URL (expected scheme://…)');
   const scheme = match[1]!.toLowerCase();
-  const sqlTable = () => {
-    if (options.namespace !== undefined && !SQL_IDENTIFIER.test(options.namespace)) {
+  const sqlTable = (schemaQualified: boolean) => {
+    const parts = options.namespace?.split('.') ?? [];
+    if (
+      options.namespace !== undefined &&
+      (parts.length > (schemaQualified ? 2 : 1) || !parts.every((part) => SQL_IDENTIFIER.test(part)))
+    ) {
       throw new TypeError(
-        `Expected \`namespace\` (the ${scheme} table name) to be an SQL identifier (letters, digits and _), got ${JSON.stringify(options.namespace)}`,
+        `Expected \`namespace\` (the ${scheme} table name) to be an SQL identifier (letters, digits and _${schemaQualified ? ', optionally schema.table' : ''}), got ${JSON.stringify(options.namespace)}`,
       );
     }
   };
@@ -126,7 +130,7 @@ function checkUrl(target: string, options: CreateStoreOptions): Kind {
       if (!target.startsWith('sqlite://')) throw unsupported(shown, 'a SQLite URL starts with sqlite:// followed by the file path');
       const file = target.slice('sqlite://'.length);
       if (file === '' || file === '/') throw unsupported(shown, 'the SQLite URL names no file');
-      sqlTable();
+      sqlTable(false);
       return 'sqlite';
     }
     case 'redis':
@@ -142,7 +146,7 @@ function checkUrl(target: string, options: CreateStoreOptions): Kind {
     case 'postgresql': {
       const url = parseUrl(target, 'PostgreSQL');
       if (!url.hostname && !url.searchParams.has('host')) throw unsupported(shown, 'the PostgreSQL URL has no host');
-      sqlTable();
+      sqlTable(true);
       return 'postgres';
     }
     default:

@@ -232,8 +232,22 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   client.on('error', onError);
   client.on('ready', onReady);
 
+  let connecting: Promise<void> | undefined;
   const ready = (): Promise<void> => {
     if (closed) return Promise.reject(new Error('idempotency-kit: the Redis store is closed'));
+    if (client.isReady === undefined) {
+      // A cluster has no readiness flag: its connect() settles once the slots are known.
+      if (!client.isOpen && !connecting) {
+        connecting = client.connect().then(
+          () => undefined,
+          (error: unknown) => {
+            connecting = undefined;
+            throw new Error(`idempotency-kit: Redis is unreachable (${describe(error)})`, { cause: error });
+          },
+        );
+      }
+      return connecting ?? Promise.resolve();
+    }
     if (isReady()) return Promise.resolve();
     if (!client.isOpen) {
       down = undefined;

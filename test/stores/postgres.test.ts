@@ -82,6 +82,16 @@ describe.skipIf(!available)('postgres store specifics', () => {
     await Promise.all(stores.map((s) => s.close()));
   });
 
+  it('accepts a schema-qualified table', async () => {
+    const schema = freshTable();
+    await admin.query(`CREATE SCHEMA "${schema}"`);
+    const store = postgresStore({ url: POSTGRES_URL, table: `${schema}.records` });
+    expect((await store.claim('k', claimOf('t'), 5000)).claimed).toBe(true);
+    expect((await admin.query(`SELECT token FROM "${schema}".records`)).rows).toEqual([{ token: 't' }]);
+    await store.close();
+    await admin.query(`DROP SCHEMA "${schema}" CASCADE`);
+  });
+
   it('stores headers as jsonb and the body as bytea; a null body stays null (H12)', async () => {
     const name = table();
     const store = postgresStore({ url: POSTGRES_URL, table: name });
