@@ -1,0 +1,90 @@
+/**
+ * The published shape: every `exports` sub-path resolves with `import` and `require`
+ * (from dist/, built by `npm test`'s pretest), has types, and loads no client it does not need.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+
+const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as {
+  name: string;
+  exports: Record<string, string | { import: { types: string; default: string }; require: { types: string; default: string } }>;
+};
+
+const expected: Record<string, string[]> = {
+  '.': ['createStore', 'createIdempotency', 'idempotent', 'isIdempotencyError', 'IdempotencyError', 'IdempotencyMismatchError', 'IdempotencyConflictError'],
+  './node': ['withIdempotency'],
+  './express': ['idempotency'],
+  './fastify': ['idempotency'],
+  './koa': ['idempotency'],
+  './drivers/memory': ['memoryStore'],
+  './drivers/redis': ['redisStore'],
+  './drivers/postgres': ['postgresStore'],
+  './drivers/sqlite': ['sqliteStore'],
+};
+
+const node = (args: string[]) => execFileSync(process.execPath, args, { encoding: 'utf8', cwd: process.cwd() }).trim();
+const specifier = (sub: string) => (sub === '.' ? pkg.name : `${pkg.name}/${sub.slice(2)}`);
+
+describe('package exports', () => {
+  it('every sub-path the issue names is declared, with types first', () => {
+    for (const sub of Object.keys(expected)) {
+      const entry = pkg.exports[sub];
+      expect(entry, sub).toBeTypeOf('object');
+      if (typeof entry !== 'object') continue;
+      for (const condition of [entry.import, entry.require]) {
+        expect(Object.keys(condition)[0]).toBe('types');
+        expect(existsSync(condition.types), condition.types).toBe(true);
+        expect(existsSync(condition.default), condition.default).toBe(true);
+      }
+    }
+  });
+
+  for (const [sub, names] of Object.entries(expected)) {
+    it(`${sub} resolves with import and with require`, () => {
+      const esm = JSON.parse(node(['--input-type=module', '-e', `const m = await import(${JSON.stringify(specifier(sub))}); console.log(JSON.stringify(Object.keys(m)))`]));
+      const cjs = JSON.parse(node(['-e', `console.log(JSON.stringify(Object.keys(require(${JSON.stringify(specifier(sub))}))))`]));
+      for (const name of names) {
+        expect(esm, `import ${sub}`).toContain(name);
+        expect(cjs, `require ${sub}`).toContain(name);
+      }
+    });
+  }
+
+  it('C4: an error from the ESM copy is recognised by the CommonJS copy, and back', () => {
+    const out = node([
+      '--input-type=module',
+      '-e',
+      `import { createRequire } from 'node:module';
+       const require = createRequire(process.cwd() + '/');
+       const cjs = require('${pkg.name}');
+       const esm = await import('${pkg.name}');
+       console.log(JSON.stringify([
+         cjs.isIdempotencyError(new esm.IdempotencyMismatchError()),
+         esm.isIdempotencyError(new cjs.IdempotencyConflictError()),
+         new esm.IdempotencyMismatchError() instanceof cjs.IdempotencyMismatchError,
+       ]));`,
+    ]);
+    expect(JSON.parse(out)).toEqual([true, true, false]);
+  });
+
+  it('one driver or adapter never loads another driver\'s database client', () => {
+    const loaded = (sub: string) =>
+      JSON.parse(
+        node(['-e', `require(${JSON.stringify(specifier(sub))}); console.log(JSON.stringify(Object.keys(require.cache)))`]),
+      ) as string[];
+    const clients = { redis: '/node_modules/@redis/', postgres: '/node_modules/pg/', sqlite: '/node_modules/sqlite3/' };
+    const uses = (files: string[], client: string) => files.some((f) => f.includes(client));
+    for (const sub of ['.', './node', './express', './fastify', './koa', './drivers/memory']) {
+      const files = loaded(sub);
+      for (const client of Object.values(clients)) expect(uses(files, client), `${sub} loads ${client}`).toBe(false);
+    }
+    // The check can fail: a driver does load its own client.
+    expect(uses(loaded('./drivers/redis'), clients.redis)).toBe(true);
+    expect(uses(loaded('./drivers/postgres'), clients.postgres)).toBe(true);
+    expect(uses(loaded('./drivers/redis'), clients.postgres)).toBe(false);
+    expect(uses(loaded('./drivers/redis'), clients.sqlite)).toBe(false);
+    expect(uses(loaded('./drivers/postgres'), clients.redis)).toBe(false);
+    expect(uses(loaded('./drivers/sqlite'), clients.postgres)).toBe(false);
+  });
+});
