@@ -4,7 +4,7 @@
  * account must end at 9 000 with 1 execution; the unprotected one shows the damage.
  */
 import { randomUUID } from 'node:crypto';
-import { startDemo } from './demo.js';
+import { DEFAULT_STORE, startDemo } from './demo.js';
 import { OPENING_BALANCE } from './payments.js';
 
 export interface StormRow {
@@ -50,7 +50,7 @@ export async function storm(
 
 const isMain = process.argv[1]?.endsWith('storm.ts');
 if (isMain) {
-  const storeUrl = process.env.IDEMPOTENCY_STORE ?? 'memory://';
+  const storeUrl = process.env.IDEMPOTENCY_STORE ?? DEFAULT_STORE;
   const demo = await startDemo({ adapter: process.env.ADAPTER, storeUrl });
   try {
     const rows = [await storm(demo.url, 'protected'), await storm(demo.url, 'unprotected')];
