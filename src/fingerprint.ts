@@ -2,17 +2,22 @@
  * Request fingerprints (H14): method, route path, sorted query, canonical body (object
  * key order does not matter) and the `fingerprintHeaders`, hashed with SHA-256.
  *
- * Plain JSON values take a fast canonical path written here (iterative, so a deeply
- * nested body cannot overflow the stack); anything else (Dates, Maps, class instances,
- * cycles) goes through `object-hash`, which sorts keys the same way.
+ * Plain JSON values are canonicalised by `JSON.stringify` with a replacer that hands it
+ * each object with its keys in canonical order (native speed: 2–5× faster than a walk in
+ * JavaScript, see docs/benchmarks.md); a value nested too deeply for that takes an
+ * iterative walk that writes the same text. Anything else (Dates, Maps, class instances,
+ * shared references, cycles, NaN) goes through `object-hash`.
+ *
+ * Canonical key order is the order in which JavaScript enumerates an object built by
+ * inserting the keys sorted: array-index keys ("0", "7", "10") in numeric order first,
+ * then the other keys sorted by UTF-16 code units. It depends on the set of keys only.
  * @module
  */
-import { createHash, type Hash } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import objectHash from 'object-hash';
 
-class Literal {
-  constructor(readonly text: string) {}
-}
+/** Thrown inside the replacer when a value is not plain JSON data. */
+const NOT_PLAIN: unique symbol = Symbol('not plain JSON data');
 
 function isPlainObject(value: object): value is Record<string, unknown> {
   const proto = Object.getPrototypeOf(value);
@@ -20,13 +25,82 @@ function isPlainObject(value: object): value is Record<string, unknown> {
 }
 
 /**
- * A canonical JSON text for plain JSON data (sorted keys, `undefined` members dropped as
- * JSON does), or `undefined` when the value is not plain JSON data.
+ * `o` itself when its keys already enumerate in canonical order (no copy), else a
+ * null-prototype copy with the keys inserted sorted. The copy has no prototype so that a
+ * `__proto__` key (JSON.parse makes it an own property) stays a plain key.
  */
-export function canonicalJson(value: unknown): string | undefined {
+function canonicalObject(o: Record<string, unknown>): Record<string, unknown> {
+  const keys = Object.keys(o);
+  let sorted = true;
+  for (let i = 1; i < keys.length; i++) {
+    if (keys[i - 1]! > keys[i]!) {
+      sorted = false;
+      break;
+    }
+  }
+  if (sorted) return o;
+  keys.sort();
+  const copy: Record<string, unknown> = Object.create(null);
+  for (let i = 0; i < keys.length; i++) copy[keys[i]!] = o[keys[i]!];
+  return copy;
+}
+
+/**
+ * For JSON.parse output: only plain objects, arrays, strings, numbers, booleans and null,
+ * never shared. A number too large for a double parses to Infinity, which JSON.stringify
+ * would write as null: such a body counts by its bytes instead.
+ */
+function parsedReplacer(_key: string, value: unknown): unknown {
+  if (typeof value === 'object') return value !== null && !Array.isArray(value) ? canonicalObject(value as Record<string, unknown>) : value;
+  if (typeof value === 'number' && !Number.isFinite(value)) throw NOT_PLAIN;
+  return value;
+}
+
+/** For values from code: anything that is not plain JSON data stops the walk. */
+function checkingReplacer(seen: Set<object>) {
+  return function replacer(this: Record<string, unknown>, key: string, value: unknown): unknown {
+    // `this[key]` is the value before a toJSON() turned it into something else (a Date).
+    const raw = this[key];
+    switch (typeof raw) {
+      case 'string':
+      case 'boolean':
+      case 'undefined': // dropped from objects, null in arrays: as JSON does
+        return value;
+      case 'number':
+        if (Number.isFinite(raw)) return value;
+        throw NOT_PLAIN;
+      case 'object': {
+        if (raw === null) return null;
+        // A repeated object is a cycle or a shared reference: not plain JSON data.
+        if (seen.has(raw)) throw NOT_PLAIN;
+        seen.add(raw);
+        if (Array.isArray(raw)) return raw;
+        if (!isPlainObject(raw) || typeof raw.toJSON === 'function') throw NOT_PLAIN;
+        return canonicalObject(raw);
+      }
+      default: // functions, symbols, bigints
+        throw NOT_PLAIN;
+    }
+  };
+}
+
+/** The canonical order of an object's keys (see the module comment). */
+function canonicalKeys(o: Record<string, unknown>): string[] {
+  return Object.keys(canonicalObject(o));
+}
+
+class Literal {
+  constructor(readonly text: string) {}
+}
+
+/**
+ * The same text as the replacer path, by an explicit stack: for values nested deeper
+ * than `JSON.stringify` can recurse.
+ */
+function canonicalJsonIterative(value: unknown): string | undefined {
   const out: string[] = [];
   const stack: unknown[] = [value];
-  const seen = new WeakSet<object>();
+  const seen = new Set<object>();
   while (stack.length > 0) {
     const v = stack.pop();
     if (v instanceof Literal) {
@@ -42,14 +116,13 @@ export function canonicalJson(value: unknown): string | undefined {
         out.push(JSON.stringify(v));
         break;
       case 'number':
-        // JSON has no NaN or Infinity; keep them distinct from null anyway.
-        out.push(Number.isFinite(v) ? String(v) : `"\u0000${String(v)}"`);
+        if (!Number.isFinite(v)) return undefined;
+        out.push(JSON.stringify(v));
         break;
       case 'boolean':
         out.push(v ? 'true' : 'false');
         break;
       case 'object': {
-        // A repeated object is a cycle or a shared reference: not plain JSON data.
         if (seen.has(v)) return undefined;
         seen.add(v);
         if (Array.isArray(v)) {
@@ -59,10 +132,8 @@ export function canonicalJson(value: unknown): string | undefined {
             stack.push(v[i] === undefined ? null : v[i]);
             if (i > 0) stack.push(new Literal(','));
           }
-        } else if (isPlainObject(v)) {
-          const keys = Object.keys(v)
-            .filter((k) => v[k] !== undefined)
-            .sort();
+        } else if (isPlainObject(v) && typeof v.toJSON !== 'function') {
+          const keys = canonicalKeys(v).filter((k) => v[k] !== undefined);
           out.push('{');
           stack.push(new Literal('}'));
           for (let i = keys.length - 1; i >= 0; i--) {
@@ -80,17 +151,50 @@ export function canonicalJson(value: unknown): string | undefined {
   return out.join('');
 }
 
+function stringify(value: unknown, replacer: (this: never, key: string, value: unknown) => unknown): string | undefined {
+  try {
+    return JSON.stringify(value, replacer as (key: string, value: unknown) => unknown);
+  } catch (error) {
+    if (error === NOT_PLAIN) return undefined;
+    // Nested deeper than the native recursion goes: same text, by the explicit stack.
+    if (error instanceof RangeError) return canonicalJsonIterative(value);
+    throw error;
+  }
+}
+
+/**
+ * A canonical JSON text for plain JSON data (keys in canonical order, `undefined` members
+ * dropped as JSON does), or `undefined` when the value is not plain JSON data.
+ */
+export function canonicalJson(value: unknown): string | undefined {
+  if (value === undefined) return undefined;
+  return stringify(value, checkingReplacer(new Set()));
+}
+
+/** Canonical text of a JSON document's text, or undefined when it is not JSON. */
+function canonicalJsonText(text: string): string | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  return stringify(parsed, parsedReplacer);
+}
+
 /** Hash any value canonically: plain JSON by the fast path, the rest by object-hash. */
 export function hashValue(value: unknown): string {
   const canonical = canonicalJson(value);
-  if (canonical !== undefined) return hashCanonical(canonical);
+  if (canonical !== undefined) return createHash('sha256').update(`j${canonical}`).digest('base64url');
+  return objectHashValue(value);
+}
+
+function objectHashValue(value: unknown): string {
   return createHash('sha256')
     .update('o')
     .update(objectHash(value as object, { algorithm: 'sha256', unorderedObjects: true }))
     .digest('base64url');
 }
-
-const hashCanonical = (canonical: string): string => createHash('sha256').update('j').update(canonical).digest('base64url');
 
 export interface FingerprintInput {
   method: string;
@@ -112,57 +216,50 @@ function isJsonType(contentType: string | readonly string[] | undefined): boolea
   return type === 'application/json' || type.endsWith('+json');
 }
 
-function updateBody(hash: Hash, body: unknown, json: boolean): void {
-  if (body === undefined || body === null) {
-    hash.update('\u0000none');
-    return;
-  }
+/**
+ * The body's part of the fingerprint text. JSON (by content type) counts by its canonical
+ * text, whether the adapter hands over raw bytes or an already parsed value, so key order
+ * and whitespace never matter; other bodies count by their bytes.
+ */
+function bodyPart(body: unknown, json: boolean): string | Uint8Array {
+  if (body === undefined || body === null) return '\u0000none';
   if (typeof body === 'string' || body instanceof Uint8Array) {
-    const bytes = typeof body === 'string' ? Buffer.from(body) : body;
-    if (bytes.length === 0) {
-      hash.update('\u0000none');
-      return;
-    }
+    if (body.length === 0) return '\u0000none';
     if (json) {
-      // Raw JSON is parsed so that key order and whitespace do not matter, exactly as
-      // for adapters that hand over an already parsed body. Invalid JSON: its bytes.
-      try {
-        const canonical = canonicalJson(JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length).toString('utf8')));
-        if (canonical !== undefined) {
-          hash.update('\u0000value').update(hashCanonical(canonical));
-          return;
-        }
-      } catch {
-        // not JSON after all
-      }
+      const text =
+        typeof body === 'string' ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
+      const canonical = canonicalJsonText(text);
+      if (canonical !== undefined) return `\u0000json${canonical}`;
+      // Invalid JSON: its bytes.
     }
-    hash.update('\u0000bytes').update(bytes);
-    return;
+    return body;
   }
-  hash.update('\u0000value').update(hashValue(body));
+  const canonical = canonicalJson(body);
+  if (canonical !== undefined) return `\u0000json${canonical}`;
+  return `\u0000value${objectHashValue(body)}`;
 }
 
 /** The fingerprint of a request, base64url SHA-256. */
 export function fingerprintRequest(input: FingerprintInput): string {
-  const hash = createHash('sha256');
   const q = input.url.indexOf('?');
   const path = q === -1 ? input.url : input.url.slice(0, q);
-  hash.update(input.method.toUpperCase()).update('\u0000').update(path).update('\u0000');
+  let head = `${input.method.toUpperCase()}\u0000${path}\u0000`;
   if (input.custom !== undefined) {
-    hash.update('custom\u0000').update(hashValue(input.custom));
-    return hash.digest('base64url');
+    return createHash('sha256').update(`${head}custom\u0000${hashValue(input.custom)}`).digest('base64url');
   }
   if (q !== -1) {
     const pairs = [...new URLSearchParams(input.url.slice(q + 1))].sort(([a, x], [b, y]) =>
       a < b ? -1 : a > b ? 1 : x < y ? -1 : x > y ? 1 : 0,
     );
-    hash.update(JSON.stringify(pairs));
+    head += JSON.stringify(pairs);
   }
-  hash.update('\u0000');
+  head += '\u0000';
   for (const name of input.fingerprintHeaders ?? []) {
     const value = input.headers[name];
-    hash.update(JSON.stringify([name, value ?? null])).update('\u0000');
+    head += `${JSON.stringify([name, value ?? null])}\u0000`;
   }
-  updateBody(hash, input.body, isJsonType(input.headers['content-type']));
-  return hash.digest('base64url');
+  const body = bodyPart(input.body, isJsonType(input.headers['content-type']));
+  if (typeof body === 'string') return createHash('sha256').update(head + body).digest('base64url');
+  // Bytes: hashed as they are (no decoding), after a marker.
+  return createHash('sha256').update(`${head}\u0000bytes`).update(body).digest('base64url');
 }
