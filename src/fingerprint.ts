@@ -13,8 +13,17 @@
  * then the other keys sorted by UTF-16 code units. It depends on the set of keys only.
  * @module
  */
+import * as crypto from 'node:crypto';
 import { createHash } from 'node:crypto';
 import objectHash from 'object-hash';
+
+type OneShotHash = (algorithm: string, data: string, encoding: 'base64url') => string;
+/** `crypto.hash` (Node ≥ 20.12): a one-shot digest without a Hash object, ~3× faster for small inputs. */
+const oneShot = (crypto as unknown as { hash?: OneShotHash }).hash;
+
+/** SHA-256 of a string, base64url. */
+const sha256 = (text: string): string =>
+  oneShot ? oneShot('sha256', text, 'base64url') : createHash('sha256').update(text).digest('base64url');
 
 /** Thrown inside the replacer when a value is not plain JSON data. */
 const NOT_PLAIN: unique symbol = Symbol('not plain JSON data');
@@ -185,15 +194,12 @@ function canonicalJsonText(text: string): string | undefined {
 /** Hash any value canonically: plain JSON by the fast path, the rest by object-hash. */
 export function hashValue(value: unknown): string {
   const canonical = canonicalJson(value);
-  if (canonical !== undefined) return createHash('sha256').update(`j${canonical}`).digest('base64url');
+  if (canonical !== undefined) return sha256(`j${canonical}`);
   return objectHashValue(value);
 }
 
 function objectHashValue(value: unknown): string {
-  return createHash('sha256')
-    .update('o')
-    .update(objectHash(value as object, { algorithm: 'sha256', unorderedObjects: true }))
-    .digest('base64url');
+  return sha256(`o${objectHash(value as object, { algorithm: 'sha256', unorderedObjects: true })}`);
 }
 
 export interface FingerprintInput {
@@ -245,7 +251,7 @@ export function fingerprintRequest(input: FingerprintInput): string {
   const path = q === -1 ? input.url : input.url.slice(0, q);
   let head = `${input.method.toUpperCase()}\u0000${path}\u0000`;
   if (input.custom !== undefined) {
-    return createHash('sha256').update(`${head}custom\u0000${hashValue(input.custom)}`).digest('base64url');
+    return sha256(`${head}custom\u0000${hashValue(input.custom)}`);
   }
   if (q !== -1) {
     const pairs = [...new URLSearchParams(input.url.slice(q + 1))].sort(([a, x], [b, y]) =>
@@ -259,7 +265,7 @@ export function fingerprintRequest(input: FingerprintInput): string {
     head += `${JSON.stringify([name, value ?? null])}\u0000`;
   }
   const body = bodyPart(input.body, isJsonType(input.headers['content-type']));
-  if (typeof body === 'string') return createHash('sha256').update(head + body).digest('base64url');
+  if (typeof body === 'string') return sha256(head + body);
   // Bytes: hashed as they are (no decoding), after a marker.
   return createHash('sha256').update(`${head}\u0000bytes`).update(body).digest('base64url');
 }
