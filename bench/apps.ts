@@ -30,16 +30,6 @@ export interface RunningApp {
   close(): Promise<void>;
 }
 
-/**
- * Load one of our adapters by name. The path is built at run time so that the bench
- * typechecks while an adapter is still being written; the runner skips the ones missing.
- */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function ourAdapter(name: Adapter): Promise<any> {
-  const path = `../adapters/${name}.js`;
-  return import(path);
-}
-
 const JSON_TYPE = { 'content-type': 'application/json; charset=utf-8' };
 
 function readAll(req: IncomingMessage): Promise<Buffer> {
@@ -70,7 +60,8 @@ function closeServer(server: Server): Promise<void> {
   });
 }
 
-const stats = (o: AppOptions) => JSON.stringify(statsSnapshot(o.extraStats?.()));
+const stats = (o: AppOptions, url = '') =>
+  JSON.stringify(statsSnapshot(o.extraStats?.(), new URLSearchParams(url.split('?')[1] ?? '').get('prefix') ?? ''));
 
 async function nodeApp(o: AppOptions): Promise<RunningApp> {
   let orders: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
@@ -92,7 +83,7 @@ async function nodeApp(o: AppOptions): Promise<RunningApp> {
         console.error(error);
         if (!res.headersSent) res.writeHead(500).end();
       });
-    } else if (req.url === '/__stats') res.writeHead(200, JSON_TYPE).end(stats(o));
+    } else if (req.url?.startsWith('/__stats')) res.writeHead(200, JSON_TYPE).end(stats(o, req.url));
     else res.writeHead(404).end();
   });
   const port = await listen(server);
@@ -102,8 +93,8 @@ async function nodeApp(o: AppOptions): Promise<RunningApp> {
 async function expressApp(o: AppOptions): Promise<RunningApp> {
   const { default: express } = await import('express');
   const app = express();
-  app.get('/__stats', (_req, res) => {
-    res.type('application/json').send(stats(o));
+  app.get('/__stats', (req, res) => {
+    res.type('application/json').send(stats(o, req.originalUrl));
   });
   const handler: RequestHandler = (req, res, next) => {
     placeOrder(req.headers, req.body).then((r) => res.status(r.status).type('application/json').send(r.body), next);
@@ -111,7 +102,7 @@ async function expressApp(o: AppOptions): Promise<RunningApp> {
 
   if (o.impl === 'bare') app.post('/orders', express.json(), handler);
   else if (o.impl === 'ours') {
-    const { idempotency } = await ourAdapter('express');
+    const { idempotency } = await import('../adapters/express.js');
     app.post('/orders', express.json(), idempotency({ store: o.store! }), handler);
   } else if (o.impl === 'express-idempotency') {
     // As its README shows: the middleware, then the route checks isHit().
@@ -177,11 +168,10 @@ async function expressApp(o: AppOptions): Promise<RunningApp> {
 async function fastifyApp(o: AppOptions): Promise<RunningApp> {
   const { default: Fastify } = await import('fastify');
   const app = Fastify({ logger: false });
-  app.get('/__stats', async (_req, reply) => reply.type('application/json').send(stats(o)));
+  app.get('/__stats', async (req, reply) => reply.type('application/json').send(stats(o, req.url)));
   if (o.impl === 'ours') {
-    const mod = (await ourAdapter('fastify')) as Record<string, unknown>;
-    const plugin = (mod.idempotency ?? mod.default) as Parameters<typeof app.register>[0];
-    await app.register(plugin, { store: o.store! } as never);
+    const { idempotency } = await import('../adapters/fastify.js');
+    await app.register(idempotency, { store: o.store! });
   } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
   app.post('/orders', async (req, reply) => {
     const r = await placeOrder(req.headers, req.body);
@@ -199,14 +189,14 @@ async function koaApp(o: AppOptions): Promise<RunningApp> {
   app.use(async (ctx, next) => {
     if (ctx.path === '/__stats') {
       ctx.type = 'application/json';
-      ctx.body = stats(o);
+      ctx.body = stats(o, ctx.url);
       return;
     }
     await next();
   });
   app.use(bodyParser());
   if (o.impl === 'ours') {
-    const { idempotency } = await ourAdapter('koa');
+    const { idempotency } = await import('../adapters/koa.js');
     app.use(idempotency({ store: o.store! }));
   } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
   app.use(async (ctx) => {

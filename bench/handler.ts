@@ -41,17 +41,35 @@ export async function placeOrder(
   return { status: 201, body: JSON.stringify({ id: `ord_${n}`, amount: amount ?? null, status: 'created' }) };
 }
 
-/** Counters and the process's peak RSS, for GET /__stats. */
-export function statsSnapshot(extra: Record<string, unknown> = {}): Record<string, unknown> {
+/**
+ * Counters and the process's peak RSS, for GET /__stats[?prefix=…]. With a prefix, the
+ * per-key figures cover only the keys that start with it (one burst), so requests of an
+ * earlier load run still in flight cannot count as its double executions.
+ */
+export function statsSnapshot(extra: Record<string, unknown> = {}, prefix = ''): Record<string, unknown> {
   let doubles = 0;
-  for (const n of counters.perKey.values()) if (n > 1) doubles += n - 1;
+  let keys = 0;
+  let keyedExecutions = 0;
+  for (const [key, n] of counters.perKey) {
+    if (!key.startsWith(prefix)) continue;
+    keys++;
+    keyedExecutions += n;
+    if (n > 1) doubles += n - 1;
+  }
   return {
     executions: counters.executions,
-    keys: counters.perKey.size,
+    keys,
+    keyedExecutions,
     doubleExecutions: doubles,
     // resourceUsage().maxRSS is in KiB: the peak resident set of this process so far.
     maxRssBytes: process.resourceUsage().maxRSS * 1024,
     rssBytes: process.memoryUsage.rss(),
+    // CPU time of this process so far (user + system), µs: per request it is the server's
+    // cost whatever the load generator manages to send.
+    ...(() => {
+      const u = process.cpuUsage();
+      return { cpuMicros: u.user + u.system, cpuSystemMicros: u.system };
+    })(),
     ...extra,
   };
 }

@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 
@@ -15,16 +16,20 @@ export interface ServerHandle {
   url: string;
   /** The server's stderr so far (500s print their errors there). */
   stderr(): string;
-  stats(): Promise<ServerStats>;
+  /** Server counters; per-key figures only for keys starting with `prefix`. */
+  stats(prefix?: string): Promise<ServerStats>;
   stop(): Promise<void>;
 }
 
 export interface ServerStats {
   executions: number;
   keys: number;
+  keyedExecutions: number;
   doubleExecutions: number;
   maxRssBytes: number;
   rssBytes: number;
+  cpuMicros: number;
+  cpuSystemMicros: number;
   pgQueries?: number;
   pgByKind?: Record<string, number>;
 }
@@ -40,11 +45,40 @@ export interface ServerEnv {
   COUNT_KEYS?: '1';
 }
 
-/** Start bench/server.ts in a child process; resolves once it listens. */
+let serverEntry: string[] = ['--import', 'tsx', 'bench/server.ts'];
+
+/**
+ * Bundle bench/server.ts with esbuild (as tsup builds the package: no keep-names helpers,
+ * no loader thread) so the servers run the code as shipped and start fast. Packages stay
+ * external and load from node_modules. Without esbuild the servers run under tsx.
+ */
+export async function buildServer(): Promise<string> {
+  try {
+    const esbuild = await import('esbuild');
+    const outfile = path.join(ROOT, 'node_modules/.cache/idempotency-kit-bench/server.mjs');
+    await esbuild.build({
+      entryPoints: [path.join(ROOT, 'bench/server.ts')],
+      outfile,
+      bundle: true,
+      platform: 'node',
+      format: 'esm',
+      target: 'node20',
+      packages: 'external',
+      sourcemap: 'linked',
+      logLevel: 'error',
+    });
+    serverEntry = [outfile];
+    return `bundled with esbuild ${esbuild.version}`;
+  } catch (error) {
+    return `run under tsx (esbuild failed: ${(error as Error).message.split('\n')[0]})`;
+  }
+}
+
+/** Start the benchmark server in a child process; resolves once it listens. */
 export function startServer(env: ServerEnv, options: { cpuProfDir?: string; timeoutMs?: number } = {}): Promise<ServerHandle> {
-  const nodeArgs = ['--import', 'tsx'];
+  const nodeArgs: string[] = [];
   if (options.cpuProfDir) nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`);
-  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, 'bench/server.ts'], {
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, ...serverEntry], {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -77,8 +111,8 @@ export function startServer(env: ServerEnv, options: { cpuProfDir?: string; time
         port,
         url,
         stderr: () => stderr,
-        async stats() {
-          const res = await fetch(`${url}/__stats`);
+        async stats(prefix = '') {
+          const res = await fetch(`${url}/__stats?prefix=${encodeURIComponent(prefix)}`);
           return (await res.json()) as ServerStats;
         },
         async stop() {
@@ -195,7 +229,7 @@ export interface BurstResult {
  * handler takes `delayMs`, all keys together. Executions come from the server's counter.
  */
 export async function burst(server: ServerHandle, o: { keys: number; perKey: number; delayMs: number; keyPrefix: string }): Promise<BurstResult> {
-  const before = await server.stats();
+  const prefix = `${o.keyPrefix}-burst-`;
   const statusCodes: Record<string, number> = {};
   const send = async (key: string) => {
     try {
@@ -211,11 +245,10 @@ export async function burst(server: ServerHandle, o: { keys: number; perKey: num
     }
   };
   const all: Promise<void>[] = [];
-  for (let k = 0; k < o.keys; k++) for (let j = 0; j < o.perKey; j++) all.push(send(`${o.keyPrefix}-burst-${k}`));
+  for (let k = 0; k < o.keys; k++) for (let j = 0; j < o.perKey; j++) all.push(send(`${prefix}${k}`));
   await Promise.all(all);
-  const after = await server.stats();
-  const executions = after.executions - before.executions;
-  return { keys: o.keys, perKey: o.perKey, executions, doubleExecutions: Math.max(0, executions - o.keys), statusCodes };
+  const after = await server.stats(prefix);
+  return { keys: o.keys, perKey: o.perKey, executions: after.keyedExecutions, doubleExecutions: after.doubleExecutions, statusCodes };
 }
 
 /** Send POST /orders `n` times, one after another (round-trip counting). */

@@ -15,6 +15,8 @@ export interface Row extends LoadResult {
   executions: number;
   doubleExecutions: number;
   maxRssBytes: number;
+  /** Server CPU time (user + system) per completed request, µs. */
+  cpuMicrosPerRequest: number;
   burst?: BurstResult;
 }
 

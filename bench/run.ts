@@ -25,6 +25,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import os from 'node:os';
 import path from 'node:path';
 import {
+  buildServer,
   burst,
   load,
   prime,
@@ -221,20 +222,22 @@ async function measure(spec: Spec): Promise<Row | undefined> {
   }
   try {
     const keyPrefix = `${runId}-${runCounter++}`;
+    // Keys: `<run>-m-…` measured, `<run>-w-…` warm-up, `<run>-burst-…` burst; the replay
+    // scenario's one key is measured, primed and warmed up alike.
+    const measured = `${keyPrefix}-m`;
     if (spec.scenario === 'replay') {
-      const status = await prime(server.url, `${keyPrefix}-replay`);
+      const status = await prime(server.url, `${measured}-replay`);
       if (status !== 201) problems.push(`${label}: priming request answered ${status}`);
     }
     if (warmupS > 0) {
-      // Same replay key; fresh keys otherwise.
-      const warmPrefix = spec.scenario === 'replay' ? keyPrefix : `${keyPrefix}-w`;
+      const warmPrefix = spec.scenario === 'replay' ? measured : `${keyPrefix}-w`;
       await load(server.url, spec.scenario, { durationS: warmupS, connections, keyPrefix: warmPrefix });
     }
-    const before = await server.stats();
-    const r = await load(server.url, spec.scenario, { durationS, connections, keyPrefix });
-    const after = await server.stats();
+    const before = await server.stats(`${measured}-`);
+    const r = await load(server.url, spec.scenario, { durationS, connections, keyPrefix: measured });
+    const after = await server.stats(`${measured}-`);
     const executions = after.executions - before.executions;
-    const doubles = after.doubleExecutions - before.doubleExecutions;
+    const doubles = after.doubleExecutions;
     let b: BurstResult | undefined;
     if (spec.withBurst) {
       b = await burst(server, { keys: quick ? 5 : 20, perKey: 25, delayMs: 20, keyPrefix });
@@ -249,11 +252,12 @@ async function measure(spec: Spec): Promise<Row | undefined> {
       executions,
       doubleExecutions: doubles,
       maxRssBytes: after.maxRssBytes,
+      cpuMicrosPerRequest: (after.cpuMicros - before.cpuMicros) / Math.max(1, r.requests),
       burst: b,
     };
     log(
       `  ${label.padEnd(44)} ${fmt(r.reqPerSec).padStart(7)} req/s  p50 ${fmt(r.p50, 1).padStart(5)} ms  p99 ${fmt(r.p99, 1).padStart(6)} ms  ` +
-        `rss ${fmt(after.maxRssBytes / 2 ** 20)} MiB${r.non2xx ? `  non-2xx ${JSON.stringify(r.statusCodes)}` : ''}` +
+        `cpu ${fmt((after.cpuMicros - before.cpuMicros) / Math.max(1, r.requests))} µs/req (sys ${fmt((after.cpuSystemMicros - before.cpuSystemMicros) / Math.max(1, r.requests))})  rss ${fmt(after.maxRssBytes / 2 ** 20)} MiB${r.non2xx ? `  non-2xx ${JSON.stringify(r.statusCodes)}` : ''}` +
         `${b ? `  burst: ${b.executions} executions for ${b.keys} keys` : ''}`,
     );
     const stderr = server.stderr().trim();
@@ -276,7 +280,7 @@ async function countRoundTrips(): Promise<RoundTripRow[]> {
   const targets: { store: 'redis' | 'postgres'; impl: Row['impl']; adapter: AdapterName }[] = [];
   if (storeUrls.redis) targets.push({ store: 'redis', impl: 'ours', adapter: 'node' });
   if (storeUrls.postgres) targets.push({ store: 'postgres', impl: 'ours', adapter: 'node' });
-  if (peers && redisUrl) targets.push({ store: 'redis', impl: 'node-idempotency', adapter: 'express' });
+  if (peers && redisUrl && !quick) targets.push({ store: 'redis', impl: 'node-idempotency', adapter: 'express' });
   for (const t of targets) {
     if (t.impl === 'ours' && !existsSync(path.join(ROOT, `adapters/${t.adapter}.ts`))) continue;
     const spec: Spec = { adapter: t.adapter, impl: t.impl, store: t.store, scenario: 'first' };
@@ -403,10 +407,14 @@ function machine(): BenchResults['machine'] {
   };
 }
 
+let how = '';
+
 async function main(): Promise<void> {
   const loadBefore = os.loadavg();
   log(`idempotency-kit bench (${quick ? 'quick' : 'full'}): ${durationS} s per run after ${warmupS} s warm-up, ${connections} connections`);
   log(`load average before: ${loadBefore.map((l) => l.toFixed(2)).join(' ')}`);
+  how = await buildServer();
+  log(`servers: ${how}`);
   await setUpStores();
   for (const s of skipped) log(`SKIPPED ${s}`);
 
@@ -426,7 +434,8 @@ async function main(): Promise<void> {
     for (const store of stores) {
       if (!storeUrls[store]) continue;
       for (const scenario of scenarios) {
-        if (quick && store !== 'memory' && scenario !== 'first') continue;
+        // Quick: the Node adapter's three scenarios; other adapters first execution and storm.
+        if (quick && adapter !== 'node' && scenario === 'replay') continue;
         push(await measure({ adapter, impl: 'ours', store, scenario, withBurst: scenario === 'storm' }));
       }
     }
@@ -434,7 +443,7 @@ async function main(): Promise<void> {
       const peerRuns: [Row['impl'], StoreName][] = [
         ['express-idempotency', 'memory'],
         ['node-idempotency', 'memory'],
-        ['node-idempotency', 'redis'],
+        ...(quick ? [] : [['node-idempotency', 'redis'] as [Row['impl'], StoreName]]),
       ];
       for (const [impl, store] of peerRuns) {
         if (store === 'redis' && !redisUrl) continue;
@@ -444,7 +453,7 @@ async function main(): Promise<void> {
             push(await measure({ adapter, impl: 'ours', store, scenario, withBurst: scenario === 'storm' }));
           }
         }
-        for (const scenario of quick ? (['first', 'storm'] as Scenario[]) : scenarios) {
+        for (const scenario of quick ? (['first'] as Scenario[]) : scenarios) {
           push(await measure({ adapter, impl, store, scenario, withBurst: scenario === 'storm' }));
         }
       }
@@ -482,7 +491,7 @@ async function main(): Promise<void> {
     roundTrips: rt,
     fingerprint: fp,
     skipped,
-    notes: redisNote ? [redisNote] : [],
+    notes: [`servers ${how}`, ...(redisNote ? [redisNote] : [])],
     problems,
   };
   const md = renderMarkdown(results);
