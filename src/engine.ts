@@ -144,6 +144,8 @@ export class Lease {
   #lost = false;
   #settled = false;
   #timer: NodeJS.Timeout | undefined;
+  /** Our own conservative view of when the lease ends: the start of the last successful claim or renewal + leaseMs. */
+  #leaseUntil: number;
 
   constructor(
     private readonly engine: Engine,
@@ -152,7 +154,8 @@ export class Lease {
     readonly storageKey: string,
     readonly token: string,
   ) {
-    const { leaseMs } = engine.options;
+    const { leaseMs, now } = engine.options;
+    this.#leaseUntil = now() + leaseMs;
     // Renew at a third of the lease, so two missed renewals still leave time (H17).
     this.#timer = setInterval(() => void this.#renew(), Math.max(1, Math.floor(leaseMs / 3)));
     this.#timer.unref();
@@ -166,10 +169,11 @@ export class Lease {
   async #renew(): Promise<void> {
     if (this.#settled || this.#lost) return;
     try {
-      const ok = await this.engine.call('extend', () =>
-        this.engine.options.store.extend(this.storageKey, this.token, this.engine.options.leaseMs),
-      );
-      if (!ok && !this.#settled) this.#loseLease('extend');
+      const { leaseMs, now } = this.engine.options;
+      const started = now();
+      const ok = await this.engine.call('extend', () => this.engine.options.store.extend(this.storageKey, this.token, leaseMs));
+      if (ok) this.#leaseUntil = started + leaseMs;
+      else if (!this.#settled) this.#loseLease('extend');
     } catch (error) {
       this.engine.emit({ type: 'store-error', key: this.key, scope: this.scope, operation: 'extend', error });
     }
@@ -195,16 +199,51 @@ export class Lease {
     this.#stop();
   }
 
-  /** Store the outcome for replay. Throws on store failure (after stopping renewal). */
+  /**
+   * Store the outcome for replay. Throws on store failure (after stopping renewal); the
+   * write is then retried in the background while the lease can still be ours, because a
+   * completion that never lands lets the key expire and a retry run the handler twice.
+   */
   async complete(response: StoredResponse): Promise<boolean> {
     this.#settled = true;
     this.#stop();
     if (this.#lost) return false;
     const { store, ttl } = this.engine.options;
-    const ok = await this.engine.call('complete', () => store.complete(this.storageKey, this.token, response, ttl));
+    let ok: boolean;
+    try {
+      ok = await this.engine.call('complete', () => store.complete(this.storageKey, this.token, response, ttl));
+    } catch (error) {
+      void this.#retryComplete(response);
+      throw error;
+    }
     if (ok) this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
     else this.#loseLease('complete');
     return ok;
+  }
+
+  async #retryComplete(response: StoredResponse): Promise<void> {
+    const { store, ttl, now } = this.engine.options;
+    let delayMs = 50;
+    while (now() + delayMs < this.#leaseUntil) {
+      await new Promise((resolve) => setTimeout(resolve, delayMs).unref());
+      delayMs = Math.min(delayMs * 2, 2000);
+      try {
+        if (await this.engine.call('complete', () => store.complete(this.storageKey, this.token, response, ttl))) {
+          this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
+          return;
+        }
+        // Refused by token: either the failed attempt landed after all (a slow or paused
+        // store ran it late), or the lease really is gone.
+        const record = await this.engine.call('get', () => store.get(this.storageKey));
+        if (record?.state === 'completed' && record.token === this.token) {
+          this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
+        } else this.#loseLease('complete');
+        return;
+      } catch (error) {
+        this.engine.emit({ type: 'store-error', key: this.key, scope: this.scope, operation: 'complete', error });
+      }
+    }
+    this.#loseLease('complete');
   }
 
   /** Free the key so that a retry runs again. Throws on store failure. */

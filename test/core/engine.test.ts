@@ -168,6 +168,66 @@ describe('engine', () => {
     expect(events.find((e) => e.type === 'lease-lost')).toMatchObject({ operation: 'extend', key: 'k' });
   });
 
+  it('H16/H18: a completion that fails is retried in the background within the lease, so the retry replays', async () => {
+    const inner = memoryStore({ sweepIntervalMs: 0 });
+    let failures = 2;
+    const flaky: IdempotencyStore = {
+      ...inner,
+      complete: async (...args) => {
+        if (failures-- > 0) throw new Error('connection terminated');
+        return inner.complete(...args);
+      },
+    };
+    const { engine, types } = setup({ store: flaky, leaseMs: 3000 });
+    const first = await engine.acquire('k', undefined, 'fp');
+    if (first.type !== 'execute') throw new Error(first.type);
+    await expect(first.lease.complete(response())).rejects.toBeInstanceOf(StoreUnavailableError);
+    await vi.advanceTimersByTimeAsync(500);
+    expect(types()).toContain('completed');
+    await vi.advanceTimersByTimeAsync(5000); // long after the lease
+    const again = await engine.acquire('k', undefined, 'fp');
+    expect(again.type).toBe('replay');
+  });
+
+  it('H16: a completion that landed although its call failed is recognised by token, not reported as lost', async () => {
+    const inner = memoryStore({ sweepIntervalMs: 0 });
+    let first = true;
+    const lateWrite: IdempotencyStore = {
+      ...inner,
+      complete: async (...args) => {
+        const ok = await inner.complete(...args);
+        if (first) {
+          first = false;
+          throw new Error('reply lost after the write');
+        }
+        return ok;
+      },
+    };
+    const { engine, types } = setup({ store: lateWrite, leaseMs: 3000 });
+    const claim = await engine.acquire('k', undefined, 'fp');
+    if (claim.type !== 'execute') throw new Error(claim.type);
+    await expect(claim.lease.complete(response())).rejects.toBeInstanceOf(StoreUnavailableError);
+    await vi.advanceTimersByTimeAsync(500);
+    expect(types()).toContain('completed');
+    expect(types()).not.toContain('lease-lost');
+  });
+
+  it('H18: when the store stays down past the lease, the background completion gives up with lease-lost', async () => {
+    const down: IdempotencyStore = {
+      ...memoryStore({ sweepIntervalMs: 0 }),
+      complete: async () => {
+        throw new Error('down');
+      },
+    };
+    const { engine, types } = setup({ store: down, leaseMs: 1000 });
+    const claim = await engine.acquire('k', undefined, 'fp');
+    if (claim.type !== 'execute') throw new Error(claim.type);
+    await expect(claim.lease.complete(response())).rejects.toBeInstanceOf(StoreUnavailableError);
+    await vi.advanceTimersByTimeAsync(2000);
+    expect(types().filter((t) => t === 'lease-lost')).toHaveLength(1);
+    expect(types()).not.toContain('completed');
+  });
+
   it('H20: after ttl the key is new again', async () => {
     const { engine } = setup({ ttl: 1000 });
     const first = await engine.acquire('k', undefined, 'fp');

@@ -295,10 +295,15 @@ describe.skipIf(!postgresAvailable)('PostgreSQL outages', () => {
     const event = await server.waitFor((l) => l.type === 'event' && l.event === 'store-error' && l.key === key);
     expect(event.operation).toBe('complete');
     await expectRecovered(server, 'pg-after-complete');
-    // The completion was lost with its connection: the key stays held until its lease
-    // ends (docs/operations.md), so a retry now is refused, never run a second time.
-    const retry = await request(server.url, { key, body: { key } });
-    expect(retry.status).toBe(409);
+    // The completion died with its connection; the engine retries it in the background
+    // while the lease is still its own, so the retry replays instead of running again.
+    let retry = await request(server.url, { key, body: { key } });
+    for (let i = 0; i < 20 && retry.status === 409; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      retry = await request(server.url, { key, body: { key } });
+    }
+    expect(retry.status).toBe(201);
+    expect(retry.replayed).toBe(true);
     expect(log.count(key)).toBe(1);
     outages.push('PostgreSQL terminated during complete');
   }, 20_000);
