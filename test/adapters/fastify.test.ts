@@ -1,3 +1,5 @@
 import { conformance } from './conformance.js';
+import { fastifySpecifics } from './fastify-specifics.js';
 
 await conformance('fastify');
+fastifySpecifics();
