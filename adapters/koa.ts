@@ -54,6 +54,12 @@ async function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> 
     status,
     headers: { ...(ctx.response.headers as CapturedResponse['headers']) },
   });
+  if (ctx.respond === false) {
+    // The handler wrote to ctx.res itself: the body is out of sight, so the record completes
+    // without one (H12) and a retry gets 409, never a second run.
+    await claim.finish({ status: ctx.res.statusCode, headers: { ...(ctx.res.getHeaders() as CapturedResponse['headers']) }, body: null });
+    return;
+  }
   const body: unknown = ctx.body;
   let bytes: Buffer;
   if (body === null || body === undefined) {

@@ -186,6 +186,23 @@ export function koaSpecifics(name: string, KoaClass: KoaClass, major: 2 | 3): vo
       expect(calls.count('failing')).toBe(2);
     });
 
+    it('H12: with ctx.respond = false the body is out of sight: a retry gets 409, never a second run', async () => {
+      const calls = new Calls();
+      const app = new KoaClass();
+      app.use(idempotency({ store: memoryStore() }));
+      app.use((ctx) => {
+        calls.hit('raw');
+        ctx.respond = false;
+        ctx.res.writeHead(201, { 'content-type': 'text/plain' }).end('written by hand');
+      });
+      const url = await listen(app);
+      const k = key();
+      const first = await send(url, { path: '/raw', key: k });
+      expect([first.status, first.text]).toEqual([201, 'written by hand']);
+      expectProblem(await send(url, { path: '/raw', key: k }), 409, 'response-not-replayable');
+      expect(calls.count('raw')).toBe(1);
+    });
+
     it('bad options are a TypeError when the middleware is created', () => {
       expect(() => idempotency({ store: memoryStore(), wait: 1.5 })).toThrow('Expected `wait` to be a non-negative integer, got 1.5');
       expect(() => idempotency({ store: memoryStore(), methods: 'POST' as never })).toThrow(TypeError);

@@ -1,0 +1,99 @@
+/**
+ * docs/adapters/*.md: the example a user copies runs as written, in its own process, and
+ * does what the page says (201, replay, 400 key-missing, tenants apart).
+ */
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+import { expectProblem, send } from './client.js';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+// Inside the project, so that the example's framework imports resolve as they would in a
+// user's project; under node_modules, so that git never sees it.
+const dir = join(root, 'node_modules', '.cache', `idempotency-docs-${randomUUID().slice(0, 8)}`);
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** The page's first ts block under "## Example", with the package imports pointed at the sources. */
+function example(adapter: string): string {
+  const page = readFileSync(join(root, 'docs', 'adapters', `${adapter}.md`), 'utf8');
+  const section = page.slice(page.indexOf('## Example'));
+  const code = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
+  if (!code) throw new Error(`docs/adapters/${adapter}.md has no ts block under "## Example"`);
+  // The package is not installed under its own name here: its sources stand in for it.
+  return code
+    .replace(/from 'idempotency-kit'/g, `from ${JSON.stringify(join(root, 'src', 'index.ts'))}`)
+    .replace(/from 'idempotency-kit\/(\w+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'adapters', `${name}.ts`))}`);
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function untilListening(port: number, exited: () => string | undefined): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const failure = exited();
+    if (failure !== undefined) throw new Error(`the example exited:\n${failure}`);
+    const open = await new Promise<boolean>((resolve) => {
+      const socket = net.connect(port, '127.0.0.1');
+      socket.once('connect', () => resolve(true));
+      socket.once('error', () => resolve(false));
+    });
+    if (open) return;
+    if (Date.now() > deadline) throw new Error('the example did not start listening');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+const { IDEMPOTENCY_STORE: _ignored, ...inheritedEnv } = process.env;
+
+describe('docs/adapters: the example on each page runs as written', () => {
+  for (const adapter of ['node', 'express', 'fastify', 'koa']) {
+    it(`docs/adapters/${adapter}.md: H6 H7 H2 H15 in a copied server`, async () => {
+      mkdirSync(dir, { recursive: true });
+      // .mts: outside a "type": "module" package scope a .ts file would load as CommonJS.
+      const file = join(dir, `${adapter}.mts`);
+      writeFileSync(file, example(adapter));
+      const port = await freePort();
+      const child = spawn(process.execPath, ['--import', 'tsx', file], {
+        cwd: root,
+        // The page's default store (memory://), as a user who copies it gets it.
+        env: { ...inheritedEnv, PORT: String(port) },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let output = '';
+      child.stdout.on('data', (chunk) => (output += chunk));
+      child.stderr.on('data', (chunk) => (output += chunk));
+      try {
+        await untilListening(port, () => (child.exitCode === null ? undefined : output));
+        const url = `http://127.0.0.1:${port}`;
+        const order = { path: '/orders', key: '8e03978e', body: { sku: 'A1' } };
+        const first = await send(url, order);
+        expect(first.status, output).toBe(201);
+        expect(first.json()).toEqual({ id: 1, sku: 'A1' });
+        expect(first.headers.location).toBe('/orders/1');
+        const again = await send(url, order);
+        expect(again.status).toBe(201);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.body.equals(first.body)).toBe(true);
+        expectProblem(await send(url, { path: '/orders', body: { sku: 'A1' } }), 400, 'key-missing');
+        // Another account's request with the same key is its own order.
+        const other = await send(url, { ...order, headers: { 'x-account-id': 'acct_2' } });
+        expect(other.json()).toEqual({ id: 2, sku: 'A1' });
+      } finally {
+        child.kill('SIGTERM');
+      }
+    });
+  }
+});
