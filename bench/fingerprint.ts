@@ -121,7 +121,7 @@ export function runFingerprintBench(quick: boolean): FingerprintResult {
   return { cases, ratios, orderInsensitive };
 }
 
-const isMain = process.argv[1]?.endsWith('fingerprint.ts');
+const isMain = /fingerprint\.(ts|mjs)$/.test(process.argv[1] ?? '');
 if (isMain) {
   const result = runFingerprintBench(process.argv.includes('--quick'));
   if (process.argv.includes('--json')) process.stdout.write(`${JSON.stringify(result)}\n`);

@@ -45,30 +45,45 @@ export interface ServerEnv {
   COUNT_KEYS?: '1';
 }
 
-let serverEntry: string[] = ['--import', 'tsx', 'bench/server.ts'];
+const entries: Record<'server' | 'fingerprint' | 'breakdown', string[]> = {
+  server: ['--import', 'tsx', 'bench/server.ts'],
+  fingerprint: ['--import', 'tsx', 'bench/fingerprint.ts'],
+  breakdown: ['--import', 'tsx', 'bench/breakdown.ts'],
+};
+
+/** The node arguments that run a bench entry (bundled when `bundleEntries()` succeeded). */
+export const entryArgs = (name: keyof typeof entries): string[] => entries[name];
 
 /**
- * Bundle bench/server.ts with esbuild (as tsup builds the package: no keep-names helpers,
- * no loader thread) so the servers run the code as shipped and start fast. Packages stay
- * external and load from node_modules. Without esbuild the servers run under tsx.
+ * Bundle the bench entries with esbuild (as tsup builds the package: no keep-names
+ * helpers, no loader thread), so they run the code as shipped and start fast. Packages
+ * stay external and load from node_modules. Without esbuild they run under tsx.
  */
-export async function buildServer(): Promise<string> {
+export async function bundleEntries(): Promise<string> {
+  if (process.env.BENCH_SERVER) {
+    // A server bundle built elsewhere (e.g. to compare an experimental change).
+    entries.server = [path.resolve(process.env.BENCH_SERVER)];
+  }
   try {
     const esbuild = await import('esbuild');
-    const outfile = path.join(ROOT, 'node_modules/.cache/idempotency-kit-bench/server.mjs');
-    await esbuild.build({
-      entryPoints: [path.join(ROOT, 'bench/server.ts')],
-      outfile,
-      bundle: true,
-      platform: 'node',
-      format: 'esm',
-      target: 'node20',
-      packages: 'external',
-      sourcemap: 'linked',
-      logLevel: 'error',
-    });
-    serverEntry = [outfile];
-    return `bundled with esbuild ${esbuild.version}`;
+    const outdir = path.join(ROOT, 'node_modules/.cache/idempotency-kit-bench');
+    for (const name of Object.keys(entries) as (keyof typeof entries)[]) {
+      if (name === 'server' && process.env.BENCH_SERVER) continue;
+      const outfile = path.join(outdir, `${name}.mjs`);
+      await esbuild.build({
+        entryPoints: [path.join(ROOT, `bench/${name}.ts`)],
+        outfile,
+        bundle: true,
+        platform: 'node',
+        format: 'esm',
+        target: 'node20',
+        packages: 'external',
+        sourcemap: 'linked',
+        logLevel: 'error',
+      });
+      entries[name] = [outfile];
+    }
+    return `bundled with esbuild ${esbuild.version}${process.env.BENCH_SERVER ? ` (server from BENCH_SERVER=${process.env.BENCH_SERVER})` : ''}`;
   } catch (error) {
     return `run under tsx (esbuild failed: ${(error as Error).message.split('\n')[0]})`;
   }
@@ -78,7 +93,7 @@ export async function buildServer(): Promise<string> {
 export function startServer(env: ServerEnv, options: { cpuProfDir?: string; timeoutMs?: number } = {}): Promise<ServerHandle> {
   const nodeArgs: string[] = [];
   if (options.cpuProfDir) nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`);
-  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, ...serverEntry], {
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, ...entries.server], {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -4,6 +4,7 @@
  * @module
  */
 import type { BurstResult, LoadResult, Scenario } from './lib.js';
+import type { BreakdownRow } from './breakdown.js';
 import type { FingerprintResult } from './fingerprint.js';
 
 export interface Row extends LoadResult {
@@ -44,6 +45,7 @@ export interface BenchResults {
   rows: Row[];
   roundTrips: RoundTripRow[];
   fingerprint: FingerprintResult | undefined;
+  breakdown?: BreakdownRow[] | undefined;
   skipped: string[];
   notes: string[];
   problems: string[];
@@ -112,6 +114,7 @@ function rowCells(results: BenchResults, r: Row, first: string[]): string[] {
     n1(r.p50),
     n1(r.p99),
     bare && r.impl !== 'bare' ? `${n2(r.p99 / Math.max(bare.p99, 0.001))}×` : '',
+    n0(r.cpuMicrosPerRequest),
     mib(r.maxRssBytes),
     answers(r),
     doubles(r),
@@ -196,7 +199,7 @@ export function renderMarkdown(results: BenchResults): string {
   out.push(table(['target', 'this run', 'met'], targets(results).map((t) => [t.target, t.figure, t.met === undefined ? '–' : t.met ? 'yes' : '**no**'])));
   out.push('');
 
-  const header = ['store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'peak RSS MiB', 'answers', 'double executions'];
+  const header = ['store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'server CPU µs/req', 'peak RSS MiB', 'answers', 'double executions'];
   for (const adapter of [...new Set(results.rows.map((r) => r.adapter))]) {
     const bare = bareOf(results, adapter);
     const rows = results.rows.filter((r) => r.adapter === adapter && (r.impl === 'ours' || r.impl === 'bare'));
@@ -225,7 +228,7 @@ export function renderMarkdown(results: BenchResults): string {
         }
       }
     }
-    out.push(table(['layer', 'store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'peak RSS MiB', 'answers', 'double executions'],
+    out.push(table(['layer', 'store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'server CPU µs/req', 'peak RSS MiB', 'answers', 'double executions'],
       rows.map((r) => rowCells(results, r, [IMPL_LABEL[r.impl], r.store, SCENARIO_LABEL[r.scenario]]))));
     out.push('');
   }
@@ -258,6 +261,28 @@ export function renderMarkdown(results: BenchResults): string {
       })])));
     out.push('');
     out.push(`object-hash ÷ canonical fast path: ${fp.ratios.map((r) => `${r.size} **${n1(r.objectHashOverFastPath)}×**`).join(', ')}. Key order changes no hash on either path: ${fp.orderInsensitive ? 'checked' : '**failed**'}.`);
+    out.push('');
+  }
+
+  if (results.breakdown) {
+    out.push('### Where the time goes (Node adapter, memory store)');
+    out.push('');
+    const cpu = (impl: Row['impl'], scenario: Scenario) =>
+      results.rows.find((r) => r.adapter === 'node' && r.impl === impl && (impl === 'bare' || r.store === 'memory') && r.scenario === scenario)?.cpuMicrosPerRequest;
+    const bare = cpu('bare', 'bare');
+    const first = cpu('ours', 'first');
+    const replay = cpu('ours', 'replay');
+    if (bare !== undefined && first !== undefined && replay !== undefined) {
+      out.push(
+        `Server CPU per request over HTTP in this run: bare handler ${n0(bare)} µs, first execution ${n0(first)} µs (+${n0(first - bare)}), replay ${n0(replay)} µs (+${n0(replay - bare)}). ` +
+          'The load generator needs about as much CPU per request as the bare server, so the bare handler saturates the client, not the server: ' +
+          'a layer that adds more than a few µs per request lowers req/s in proportion.',
+      );
+      out.push('');
+    }
+    out.push('In-process CPU time per call of each step (no HTTP, no socket):');
+    out.push('');
+    out.push(table(['step', 'CPU µs per call'], results.breakdown.map((b) => [b.step, n2(b.micros)])));
     out.push('');
   }
 

@@ -10,6 +10,7 @@
  *   --connections=N      autocannon connections (default 32)
  *   --adapters=a,b       subset of node,express,fastify,koa
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
+ *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
  *   --no-matrix --no-peers --no-round-trips --no-fingerprint   skip a part
  *   --write / --no-write write docs/benchmarks.md (generated part) and docs/benchmarks.svg
  *                        (default: write in full mode, not in quick mode)
@@ -25,8 +26,9 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import os from 'node:os';
 import path from 'node:path';
 import {
-  buildServer,
+  bundleEntries,
   burst,
+  entryArgs,
   load,
   prime,
   reachable,
@@ -42,6 +44,7 @@ import {
   type ServerHandle,
 } from './lib.js';
 import { renderMarkdown, renderSvg, type BenchResults, type RoundTripRow, type Row } from './report.js';
+import type { BreakdownRow } from './breakdown.js';
 import type { FingerprintResult } from './fingerprint.js';
 
 const argv = process.argv.slice(2);
@@ -367,7 +370,7 @@ async function countRoundTrips(): Promise<RoundTripRow[]> {
 
 // ---------------------------------------------------------------- fingerprint
 function runFingerprint(): FingerprintResult | undefined {
-  const out = spawnSync(process.execPath, ['--import', 'tsx', 'bench/fingerprint.ts', '--json', ...(quick ? ['--quick'] : [])], {
+  const out = spawnSync(process.execPath, [...entryArgs('fingerprint'), '--json', ...(quick ? ['--quick'] : [])], {
     cwd: ROOT,
     encoding: 'utf8',
     maxBuffer: 10 * 2 ** 20,
@@ -380,6 +383,21 @@ function runFingerprint(): FingerprintResult | undefined {
   if (!result.orderInsensitive) problems.push('fingerprint: key order changed a hash (H14)');
   for (const r of result.ratios) log(`  ${r.size.padEnd(7)} object-hash / fast path: ${fmt(r.objectHashOverFastPath, 1)}×`);
   return result;
+}
+
+// ---------------------------------------------------------------- breakdown
+function runBreakdownChild(): BreakdownRow[] | undefined {
+  const out = spawnSync(process.execPath, [...entryArgs('breakdown'), '--json', ...(quick ? ['--quick'] : [])], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  });
+  if (out.status !== 0) {
+    problems.push(`breakdown bench failed: ${out.stderr}`);
+    return undefined;
+  }
+  const rows = JSON.parse(out.stdout.trim().split('\n').pop()!) as BreakdownRow[];
+  for (const r of rows) log(`  ${r.step.padEnd(72)} ${fmt(r.micros, 2)} µs`);
+  return rows;
 }
 
 // ---------------------------------------------------------------- main
@@ -413,7 +431,7 @@ async function main(): Promise<void> {
   const loadBefore = os.loadavg();
   log(`idempotency-kit bench (${quick ? 'quick' : 'full'}): ${durationS} s per run after ${warmupS} s warm-up, ${connections} connections`);
   log(`load average before: ${loadBefore.map((l) => l.toFixed(2)).join(' ')}`);
-  how = await buildServer();
+  how = await bundleEntries();
   log(`servers: ${how}`);
   await setUpStores();
   for (const s of skipped) log(`SKIPPED ${s}`);
@@ -422,7 +440,7 @@ async function main(): Promise<void> {
   const push = (r: Row | undefined) => {
     if (r) rows.push(r);
   };
-  const scenarios: Scenario[] = ['first', 'replay', 'storm'];
+  const scenarios = (opt('scenarios')?.split(',') ?? ['first', 'replay', 'storm']) as Scenario[];
   for (const adapter of flag('no-matrix') ? [] : adapters) {
     if (adapter !== 'node' && !existsSync(path.join(ROOT, `adapters/${adapter}.ts`))) {
       skipped.push(`adapter ${adapter}: adapters/${adapter}.ts has not landed`);
@@ -473,6 +491,11 @@ async function main(): Promise<void> {
     log('\nfingerprint cost');
     fp = runFingerprint();
   }
+  let breakdown: BreakdownRow[] | undefined;
+  if (fingerprint) {
+    log('\nwhere the time goes (in-process, CPU µs per call)');
+    breakdown = runBreakdownChild();
+  }
   const loadAfter = os.loadavg();
   await tearDownStores();
 
@@ -490,6 +513,7 @@ async function main(): Promise<void> {
     rows,
     roundTrips: rt,
     fingerprint: fp,
+    breakdown,
     skipped,
     notes: [`servers ${how}`, ...(redisNote ? [redisNote] : [])],
     problems,
