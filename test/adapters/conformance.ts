@@ -269,9 +269,9 @@ export const scenarios: Scenario[] = [
     options: { wait: 100 },
     async run(t) {
       const key = t.key();
-      const first = t.send({ path: '/slow?ms=400', key, body: payment(1) });
+      const first = t.send({ path: '/slow?ms=300', key, body: payment(1) });
       await sleep(60);
-      expectProblem(await t.send({ path: '/slow?ms=400', key, body: payment(1) }), 409, 'request-in-progress');
+      expectProblem(await t.send({ path: '/slow?ms=300', key, body: payment(1) }), 409, 'request-in-progress');
       expect((await first).status).toBe(201);
       expect(t.app.calls.count('slow')).toBe(1);
     },
@@ -281,9 +281,9 @@ export const scenarios: Scenario[] = [
     title: 'a duplicate of a request that gets released (5xx) claims the key and runs',
     async run(t) {
       const key = t.key();
-      const first = t.send({ path: '/slow?ms=200&status=503', key, body: payment(1) });
+      const first = t.send({ path: '/slow?ms=150&status=503', key, body: payment(1) });
       await sleep(60);
-      const duplicate = await t.send({ path: '/slow?ms=200&status=503', key, body: payment(1) });
+      const duplicate = await t.send({ path: '/slow?ms=150&status=503', key, body: payment(1) });
       expect((await first).status).toBe(503);
       expect(duplicate.status).toBe(503);
       expect(duplicate.headers['idempotent-replayed']).toBeUndefined();
@@ -587,9 +587,9 @@ export const scenarios: Scenario[] = [
     options: { leaseMs: 150 },
     async run(t) {
       const key = t.key();
-      const first = t.send({ path: '/slow?ms=700', key, body: payment(1) });
-      await sleep(400); // more than two leases
-      const duplicate = await t.send({ path: '/slow?ms=700', key, body: payment(1) });
+      const first = t.send({ path: '/slow?ms=500', key, body: payment(1) });
+      await sleep(350); // more than two leases
+      const duplicate = await t.send({ path: '/slow?ms=500', key, body: payment(1) });
       expect((await first).status).toBe(201);
       expect(duplicate.headers['idempotent-replayed']).toBe('true');
       expect(t.app.calls.count('slow')).toBe(1);
@@ -616,11 +616,11 @@ export const scenarios: Scenario[] = [
   {
     rule: 'H20',
     title: 'an expired record is gone: the key is new again',
-    options: { ttl: 250 },
+    options: { ttl: 200 },
     async run(t) {
       const key = t.key();
       await t.send({ path: '/payments', key, body: payment(1) });
-      await sleep(400);
+      await sleep(300);
       const again = await t.send({ path: '/payments', key, body: payment(2) });
       expect(again.status).toBe(201);
       expect(again.headers['idempotent-replayed']).toBeUndefined();
