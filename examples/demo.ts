@@ -4,9 +4,18 @@
  */
 import type http from 'node:http';
 import { createStore } from 'idempotency-kit';
+import type { DemoDeps } from './apps/node.js';
 import { createPayments } from './payments.js';
 
 export const DEFAULT_STORE = 'sqlite://./.data/idempotency.sqlite';
+type App = { createServer: (deps: DemoDeps) => Promise<http.Server> };
+// Static imports per adapter: each app (and its framework) loads only when chosen.
+const apps: Record<string, () => Promise<App>> = {
+  node: () => import('./apps/node.js'),
+  express: () => import('./apps/express.js'),
+  fastify: () => import('./apps/fastify.js'),
+  koa: () => import('./apps/koa.js'),
+};
 export const ADAPTERS = ['node', 'express', 'fastify', 'koa'] as const;
 export type AdapterName = (typeof ADAPTERS)[number];
 
@@ -23,7 +32,7 @@ export async function startDemo(options: {
   }
   const store = createStore(options.storeUrl ?? DEFAULT_STORE);
   const payments = createPayments({ file: options.balancesFile, workMs: options.workMs });
-  const app = (await import(`./apps/${adapter}.js`)) as { createServer: (deps: unknown) => Promise<http.Server> };
+  const app = await apps[adapter]!();
   const server = await app.createServer({ store, payments });
   await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
   const address = server.address() as { port: number };
