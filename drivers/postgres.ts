@@ -20,6 +20,7 @@ import type {
   ProcessingRecord,
   StoredResponse,
 } from '../src/store.js';
+import { startSweeper, withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 
 export interface PostgresStoreOptions {
@@ -150,13 +151,6 @@ function isPostgresAdapter(value: unknown): value is KeyvPostgres {
   return typeof candidate === 'object' && candidate !== null && typeof candidate.query === 'function' && candidate.opts?.dialect === 'postgres';
 }
 
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`idempotency-kit: PostgreSQL did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
 
 function toRecord(row: Row): IdempotencyRecord {
   const base = { fingerprint: row.fingerprint, token: row.token, createdAt: Number(row.created_at) };
@@ -231,7 +225,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     }
     query = (text, values) => (adapter.query as (sql: string, values: unknown[]) => Promise<Row[]>)(text, values);
   }
-  const run: Query = (text, values, name) => withTimeout(query(text, values, name), timeoutMs);
+  const run: Query = (text, values, name) => withTimeout(query(text, values, name), timeoutMs, `idempotency-kit: PostgreSQL did not answer within ${timeoutMs} ms`);
 
   const quoted = table
     .split('.')
@@ -318,25 +312,13 @@ WHERE ${OWNED} RETURNING 1 AS n`;
 )
 SELECT count(*)::int AS n FROM swept`;
 
-  let sweeping: Promise<void> | undefined;
   const sweep = async () => {
     for (let batch = 0; batch < 10 && !closed; batch++) {
       const [row] = await exec(SWEEP, [sweepBatchSize], statement('sweep'));
       if ((row?.n ?? 0) < sweepBatchSize) return;
     }
   };
-  const timer =
-    sweepIntervalMs > 0
-      ? setInterval(() => {
-          // A failed sweep is retried on the next tick; the store calls report outages.
-          sweeping ??= sweep()
-            .catch(() => undefined)
-            .finally(() => {
-              sweeping = undefined;
-            });
-        }, sweepIntervalMs)
-      : undefined;
-  timer?.unref();
+  const sweeper = startSweeper(sweepIntervalMs, sweep);
 
   return {
     name: 'postgres',
@@ -377,8 +359,7 @@ SELECT count(*)::int AS n FROM swept`;
     async close() {
       if (closed) return;
       closed = true;
-      if (timer) clearInterval(timer);
-      await sweeping;
+      await sweeper.stop();
       await end?.();
     },
   };

@@ -20,6 +20,7 @@ import {
   type ProcessingRecord,
   type StoredResponse,
 } from '../src/store.js';
+import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 
 export interface RedisStoreOptions {
@@ -133,13 +134,7 @@ function describe(error: unknown): string {
   return error instanceof Error ? error.message || error.name : String(error);
 }
 
-function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`idempotency-kit: Redis ${what} timed out after ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
+const timedOut = (what: string, ms: number) => `idempotency-kit: Redis ${what} timed out after ${ms} ms`;
 
 function isRedisAdapter(value: unknown): value is KeyvRedis<unknown> {
   const candidate = value as { client?: unknown; getClient?: unknown } | null;
@@ -276,11 +271,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   };
 
   const run = <T>(what: string, command: () => Promise<T>): Promise<T> =>
-    withTimeout(
-      ready().then(command),
-      timeoutMs,
-      what,
-    );
+    withTimeout(ready().then(command), timeoutMs, timedOut(what, timeoutMs));
 
   const evalScript = (script: Script, key: string, args: string[]): Promise<unknown> =>
     run('script', async () => {
@@ -340,7 +331,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       }
       try {
         // Connected: let commands in flight finish, but not forever.
-        await withTimeout(Promise.resolve(client.close?.()), timeoutMs, 'close');
+        await withTimeout(Promise.resolve(client.close?.()), timeoutMs, timedOut('close', timeoutMs));
       } catch {
         client.unref?.(); // a server that stopped answering must not keep the process alive
       }

@@ -21,6 +21,7 @@ import type {
   ProcessingRecord,
   StoredResponse,
 } from '../src/store.js';
+import { startSweeper } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 
 export interface SqliteStoreOptions {
@@ -222,25 +223,14 @@ WHERE ${OWNED} RETURNING 1 AS n`;
   const exec: Query = async (sql, params) => (await db())(sql, params);
   const hash = (key: string) => createHash('sha256').update(key).digest('base64url');
 
-  let sweeping: Promise<void> | undefined;
   const sweep = async () => {
     for (let batch = 0; batch < 10 && !closed; batch++) {
       const rows = await exec(SWEEP, [Date.now(), sweepBatchSize]);
       if (rows.length < sweepBatchSize) return;
     }
   };
-  const timer =
-    sweepIntervalMs > 0
-      ? setInterval(() => {
-          if (!ready) return; // nothing to sweep before first use
-          sweeping ??= sweep()
-            .catch(() => undefined)
-            .finally(() => {
-              sweeping = undefined;
-            });
-        }, sweepIntervalMs)
-      : undefined;
-  timer?.unref();
+  // Nothing to sweep before first use.
+  const sweeper = startSweeper(sweepIntervalMs, sweep, () => ready !== undefined);
 
   return {
     name: 'sqlite',
@@ -276,8 +266,7 @@ WHERE ${OWNED} RETURNING 1 AS n`;
     async close() {
       if (closed) return;
       closed = true;
-      if (timer) clearInterval(timer);
-      await sweeping;
+      await sweeper.stop();
       if (owned && ready) {
         await ready.catch(() => undefined);
         await adapter?.disconnect().catch(() => undefined);

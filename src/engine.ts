@@ -14,6 +14,7 @@ import {
   isIdempotencyError,
 } from './errors.js';
 import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, StoredResponse } from './store.js';
+import { withTimeout } from './timers.js';
 import { assertFunction, assertInteger, assertOneOf } from './validate.js';
 
 export type IdempotencyEventType =
@@ -275,19 +276,11 @@ export class Engine {
 
   /** Run one store call with the S6 time bound; every failure becomes StoreUnavailableError. */
   async call<T>(operation: IdempotencyEvent['operation'], run: () => Promise<T>): Promise<T> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new Error(`store ${operation} timed out after ${this.options.storeTimeoutMs} ms`)),
-        this.options.storeTimeoutMs,
-      );
-    });
+    const { storeTimeoutMs } = this.options;
     try {
-      return await Promise.race([run(), timeout]);
+      return await withTimeout(run(), storeTimeoutMs, `store ${operation} timed out after ${storeTimeoutMs} ms`);
     } catch (error) {
       throw isIdempotencyError(error) ? error : new StoreUnavailableError(error);
-    } finally {
-      clearTimeout(timer);
     }
   }
 
