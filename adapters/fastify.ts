@@ -13,7 +13,7 @@
  * app.post('/pings', { config: { idempotency: false } }, async () => ({ ok: true }));
  * await app.listen({ port: 3000 });
  */
-import { Readable, Transform, pipeline } from 'node:stream';
+import { Readable, Transform, finished } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { BodyTooLargeError } from '../src/errors.js';
@@ -87,7 +87,14 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
       },
     });
     bodySizes.set(request, () => size);
-    return pipeline(payload, counter, () => {});
+    // pipe + finished rather than pipeline(): pipeline makes an AbortController per call and
+    // aborts it when done (a DOMException with a stack trace), which cost more than the
+    // rest of the layer on a replay (docs/benchmarks.md). A failing or cut-short body still
+    // fails the parser's stream, as pipeline would.
+    finished(payload, (error) => {
+      if (error) counter.destroy(error);
+    });
+    return payload.pipe(counter);
   });
 
   fastify.addHook('preHandler', async function idempotency(request: FastifyRequest, reply: FastifyReply) {
