@@ -18,6 +18,8 @@ export interface Row extends LoadResult {
   maxRssBytes: number;
   /** Server CPU time (user + system) per completed request, µs. */
   cpuMicrosPerRequest: number;
+  /** req/s of each run when the row is the median of several (peer comparison). */
+  samples?: number[];
   burst?: BurstResult;
 }
 
@@ -228,8 +230,16 @@ export function renderMarkdown(results: BenchResults): string {
         }
       }
     }
-    out.push(table(['layer', 'store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'server CPU µs/req', 'peak RSS MiB', 'answers', 'double executions'],
-      rows.map((r) => rowCells(results, r, [IMPL_LABEL[r.impl], r.store, SCENARIO_LABEL[r.scenario]]))));
+    const repeated = rows.some((r) => (r.samples?.length ?? 0) > 1);
+    if (repeated) {
+      out.push('Each contender ran several times, taking turns with the others; the table shows its median run by req/s, and every run\'s req/s in the last column.');
+      out.push('');
+    }
+    out.push(table(['layer', 'store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'server CPU µs/req', 'peak RSS MiB', 'answers', 'double executions', ...(repeated ? ['runs, req/s'] : [])],
+      rows.map((r) => [
+        ...rowCells(results, r, [IMPL_LABEL[r.impl], r.store, SCENARIO_LABEL[r.scenario]]),
+        ...(repeated ? [(r.samples ?? []).map(n0).join(' · ')] : []),
+      ])));
     out.push('');
   }
 
@@ -301,18 +311,23 @@ const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replac
 export function renderSvg(results: BenchResults): string {
   interface Group {
     label: string;
+    /** A section heading drawn above the group. */
+    heading?: string;
     bars: { scenario: Scenario; value: number }[];
   }
   const groups: Group[] = [];
   const keys = new Map<string, Group>();
-  for (const r of results.rows) {
-    if (r.impl === 'bare') continue;
+  // idempotency-kit first (by adapter), then the peers on Express.
+  const ordered = [...results.rows.filter((r) => r.impl === 'ours'), ...results.rows.filter((r) => r.impl !== 'ours' && r.impl !== 'bare')];
+  for (const r of ordered) {
     const x = ratio(results, r);
     if (x === undefined) continue;
-    const label = r.impl === 'ours' ? `${r.adapter} · ${r.store}` : `${IMPL_LABEL[r.impl].replace(/@.*$/, '')} · ${r.store}`;
+    const label = r.impl === 'ours' ? `${r.adapter} · ${r.store}` : `${IMPL_LABEL[r.impl].replace(/@[\d.]+$/, '')} · ${r.store}`;
     let g = keys.get(label);
     if (!g) {
       g = { label, bars: [] };
+      if (groups.length === 0) g.heading = 'idempotency-kit (adapter · store)';
+      else if (r.impl !== 'ours' && !groups.some((x) => x.heading?.startsWith('peers'))) g.heading = 'peers on Express (package · store)';
       keys.set(label, g);
       groups.push(g);
     }
@@ -326,7 +341,8 @@ export function renderSvg(results: BenchResults): string {
   const top = 56;
   const maxValue = Math.max(1.2, ...groups.flatMap((g) => g.bars.map((b) => b.value))) * 1.05;
   const x = (v: number) => labelW + (v / maxValue) * plotW;
-  const groupH = (g: Group) => g.bars.length * barH + gap;
+  const headingH = 18;
+  const groupH = (g: Group) => g.bars.length * barH + gap + (g.heading ? headingH : 0);
   const height = top + groups.reduce((s, g) => s + groupH(g), 0) + 40;
   const width = labelW + plotW + 70;
   const out: string[] = [];
@@ -352,6 +368,10 @@ export function renderSvg(results: BenchResults): string {
   out.push(`<text x="${t85}" y="${plotBottom + 26}" text-anchor="middle" fill="#b33">0.85× target</text>`);
   let y = top;
   for (const g of groups) {
+    if (g.heading) {
+      out.push(`<text x="12" y="${y + 12}" font-weight="600" fill="#333">${esc(g.heading)}</text>`);
+      y += headingH;
+    }
     const midY = y + (g.bars.length * barH) / 2 + 4;
     out.push(`<text x="${labelW - 8}" y="${midY.toFixed(1)}" text-anchor="end">${esc(g.label)}</text>`);
     for (const b of g.bars) {
