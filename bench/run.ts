@@ -75,6 +75,7 @@ const runId = `b${Date.now().toString(36)}`;
 let runCounter = 0;
 
 const problems: string[] = [];
+const notes: string[] = [];
 const skipped: string[] = [];
 const started = Date.now();
 const log = (line: string) => process.stdout.write(`${line}\n`);
@@ -216,7 +217,25 @@ function check(spec: Spec, label: string, r: LoadResult, executions: number, dou
   }
 }
 
+/**
+ * One measured run. A run of ours on a database store whose only problems are store
+ * errors (503 or connection errors: the shared PostgreSQL or Redis was busy with other
+ * work, e.g. out of connections) is run once more; the first attempt is kept as a note.
+ * Double executions and anything else are never retried.
+ */
 async function measure(spec: Spec): Promise<Row | undefined> {
+  const before = problems.length;
+  const row = await measureOnce(spec);
+  const fresh = problems.slice(before);
+  const storeTrouble = (p: string) => /: (5xx answers \{"503"|unexpected answers \{"503"|\d+ connection errors|\d+ timeouts)/.test(p);
+  if (fresh.length === 0 || !isOurs(spec) || spec.store === 'memory' || !fresh.every(storeTrouble)) return row;
+  problems.splice(before);
+  notes.push(`retried once after store errors: ${fresh.join('; ')}`);
+  log('    store errors: run once more');
+  return measureOnce(spec);
+}
+
+async function measureOnce(spec: Spec): Promise<Row | undefined> {
   const label = `${spec.adapter}/${spec.impl}/${spec.store}/${spec.scenario}`;
   let server: ServerHandle;
   try {
@@ -550,7 +569,7 @@ async function main(): Promise<void> {
     fingerprint: fp,
     breakdown,
     skipped,
-    notes: [`servers ${how}`, ...(redisNote ? [redisNote] : [])],
+    notes: [`servers ${how}`, ...(redisNote ? [redisNote] : []), ...notes],
     problems,
   };
   const md = renderMarkdown(results);
