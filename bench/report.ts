@@ -72,6 +72,16 @@ const n1 = (n: number) => n.toLocaleString('en-US', { minimumFractionDigits: 1, 
 const n2 = (n: number) => n.toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 });
 const mib = (bytes: number) => `${n0(bytes / 2 ** 20)}`;
 
+const STORE_ORDER = ['none', 'memory', 'sqlite', 'redis', 'postgres'];
+const SCENARIO_ORDER: Scenario[] = ['bare', 'first', 'replay', 'storm'];
+/** Rows in table order: by store, then scenario (the bare runs keep their place first and last). */
+function inStoreOrder(rows: Row[]): Row[] {
+  const rank = (r: Row) => STORE_ORDER.indexOf(r.store) * 10 + SCENARIO_ORDER.indexOf(r.scenario);
+  const bare = rows.filter((r) => r.impl === 'bare');
+  const rest = rows.filter((r) => r.impl !== 'bare').sort((a, b) => rank(a) - rank(b));
+  return [...bare.slice(0, 1), ...rest, ...bare.slice(1)];
+}
+
 /** The bare handler's req/s and p99 for an adapter: the mean of its runs in this bench. */
 export function bareOf(results: BenchResults, adapter: string): { reqPerSec: number; p99: number; runs: Row[] } | undefined {
   const runs = results.rows.filter((r) => r.adapter === adapter && r.impl === 'bare');
@@ -204,7 +214,7 @@ export function renderMarkdown(results: BenchResults): string {
   const header = ['store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'server CPU µs/req', 'peak RSS MiB', 'answers', 'double executions'];
   for (const adapter of [...new Set(results.rows.map((r) => r.adapter))]) {
     const bare = bareOf(results, adapter);
-    const rows = results.rows.filter((r) => r.adapter === adapter && (r.impl === 'ours' || r.impl === 'bare'));
+    const rows = inStoreOrder(results.rows.filter((r) => r.adapter === adapter && (r.impl === 'ours' || r.impl === 'bare')));
     if (rows.length === 0) continue;
     out.push(`### ${adapter} adapter`);
     out.push('');
@@ -318,7 +328,9 @@ export function renderSvg(results: BenchResults): string {
   const groups: Group[] = [];
   const keys = new Map<string, Group>();
   // idempotency-kit first (by adapter), then the peers on Express.
-  const ordered = [...results.rows.filter((r) => r.impl === 'ours'), ...results.rows.filter((r) => r.impl !== 'ours' && r.impl !== 'bare')];
+  const adapters = [...new Set(results.rows.map((r) => r.adapter))];
+  const ours = adapters.flatMap((a) => inStoreOrder(results.rows.filter((r) => r.adapter === a && r.impl === 'ours')));
+  const ordered = [...ours, ...results.rows.filter((r) => r.impl !== 'ours' && r.impl !== 'bare')];
   for (const r of ordered) {
     const x = ratio(results, r);
     if (x === undefined) continue;
