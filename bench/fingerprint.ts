@@ -37,15 +37,19 @@ export function makeBody(target: number): unknown {
     items,
     metadata: { channel: 'web', campaign: null, gift: false },
   };
-  for (let i = 0; JSON.stringify(body).length < target; i++) {
-    items.push({
+  // Track the length as items go in (re-serialising the whole body each time is quadratic).
+  let length = JSON.stringify(body).length;
+  for (let i = 0; length < target; i++) {
+    const item = {
       sku: `sku_${i.toString(36).padStart(6, '0')}`,
       name: `Product number ${i} with a longer description ✓`,
       quantity: (i % 7) + 1,
       price: Math.round(((i * 7919) % 100_000) / 3) / 100,
       tags: ['a', 'b', `t${i % 13}`],
       attributes: { color: i % 2 ? 'red' : 'blue', size: ['S', 'M', 'L'][i % 3], weightKg: (i % 50) / 10 },
-    });
+    };
+    items.push(item);
+    length += JSON.stringify(item).length + (items.length > 1 ? 1 : 0);
   }
   return body;
 }

@@ -300,7 +300,7 @@ async function measureOnce(spec: Spec): Promise<Row | undefined> {
 // ---------------------------------------------------------------- round trips
 async function countRoundTrips(): Promise<RoundTripRow[]> {
   const rows: RoundTripRow[] = [];
-  const n = quick ? 40 : 200;
+  const n = quick ? 20 : 200;
   const slow = { count: 10, delayMs: quick ? 300 : 1000 };
   const targets: { store: 'redis' | 'postgres'; impl: Row['impl']; adapter: AdapterName }[] = [];
   if (storeUrls.redis) targets.push({ store: 'redis', impl: 'ours', adapter: 'node' });
@@ -487,15 +487,15 @@ async function main(): Promise<void> {
       log(`SKIPPED adapter ${adapter}: adapters/${adapter}.ts has not landed`);
       continue;
     }
-    log(`\n${adapter}`);
+    log(`\n${adapter} (${fmt((Date.now() - started) / 1000, 1)} s)`);
     push(await measure({ adapter, impl: 'bare', store: 'none', scenario: 'bare' }));
     // On Express, memory and Redis run in the peer block below, interleaved with the peers.
     const peerStores = adapter === 'express' && peers ? (['memory', 'redis'] as StoreName[]) : [];
     for (const store of stores) {
       if (!storeUrls[store] || peerStores.includes(store)) continue;
       for (const scenario of scenarios) {
-        // Quick: the Node adapter's three scenarios; other adapters first execution and storm.
-        if (quick && adapter !== 'node' && scenario === 'replay') continue;
+        // Quick: the Node adapter's three scenarios; other adapters first execution only.
+        if (quick && adapter !== 'node' && scenario !== 'first') continue;
         push(await measure({ adapter, impl: 'ours', store, scenario, withBurst: scenario === 'storm' }));
       }
     }
@@ -536,18 +536,18 @@ async function main(): Promise<void> {
 
   let rt: RoundTripRow[] = [];
   if (roundTrips) {
-    log('\nround trips per request (counted)');
+    log(`\nround trips per request, counted (${fmt((Date.now() - started) / 1000, 1)} s)`);
     if (redisNote) log(`  note: ${redisNote}`);
     rt = await countRoundTrips();
   }
   let fp: FingerprintResult | undefined;
   if (fingerprint) {
-    log('\nfingerprint cost');
+    log(`\nfingerprint cost (${fmt((Date.now() - started) / 1000, 1)} s)`);
     fp = runFingerprint();
   }
   let breakdown: BreakdownRow[] | undefined;
   if (fingerprint) {
-    log('\nwhere the time goes (in-process, CPU µs per call)');
+    log(`\nwhere the time goes, in-process CPU µs per call (${fmt((Date.now() - started) / 1000, 1)} s)`);
     breakdown = runBreakdownChild();
   }
   const loadAfter = os.loadavg();
