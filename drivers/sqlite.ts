@@ -206,10 +206,25 @@ WHERE ${OWNED} RETURNING 1 AS n`;
     const connection = adapter!;
     const query: Query = (sql, params) => (connection.query as (sql: string, params: unknown[]) => Promise<Row[]>)(sql, params);
     await query(`PRAGMA busy_timeout = ${timeoutMs}`, []);
+    // Switching the journal mode takes an exclusive lock without calling the busy handler,
+    // so several connections opening one new file at once can get SQLITE_BUSY here: retry
+    // within the timeout instead of failing the first claim.
+    const deadline = Date.now() + timeoutMs;
+    const setUp = async (sql: string) => {
+      for (let delayMs = 5; ; delayMs = Math.min(delayMs * 2, 100)) {
+        try {
+          return await query(sql, []);
+        } catch (error) {
+          if ((error as { code?: string }).code !== 'SQLITE_BUSY' || Date.now() + delayMs > deadline) throw error;
+          await new Promise((resolve) => setTimeout(resolve, delayMs));
+        }
+      }
+    };
     // WAL lets readers run beside the writer and makes the busy timeout apply to the
     // lock every claim takes. The mode is persistent, stored in the file.
-    await query('PRAGMA journal_mode = WAL', []);
-    for (const statement of SCHEMA) await query(statement, []);
+    const [mode] = await setUp('PRAGMA journal_mode');
+    if (String((mode as Record<string, unknown> | undefined)?.journal_mode).toLowerCase() !== 'wal') await setUp('PRAGMA journal_mode = WAL');
+    for (const statement of SCHEMA) await setUp(statement);
     return query;
   };
   const db = (): Promise<Query> => {

@@ -28,6 +28,19 @@ storeContract('sqlite', { create: async () => sqliteStore({ url: `sqlite://${pat
 storeContract('sqlite :memory:', { create: async () => sqliteStore({ url: 'sqlite://:memory:' }), broken });
 
 describe('sqlite store specifics', () => {
+  it('S1/S5: many connections opening one new file at once all set it up (WAL switch retried on SQLITE_BUSY)', async () => {
+    for (let round = 0; round < 30; round++) {
+      const file = path.join(dir, `concurrent-open-${round}.sqlite`);
+      const stores = Array.from({ length: 16 }, () => sqliteStore({ url: `sqlite://${file}`, sweepIntervalMs: 0 }));
+      try {
+        const results = await Promise.all(stores.map((store, i) => store.claim('same', claimOf(`t${i}`), 5000)));
+        expect(results.filter((r) => r.claimed)).toHaveLength(1);
+      } finally {
+        await Promise.all(stores.map((store) => store.close()));
+      }
+    }
+  });
+
   it('parses sqlite:// URLs: relative, absolute and :memory:', () => {
     expect(sqlitePathFromUrl('sqlite://./.data/idempotency.sqlite')).toBe('./.data/idempotency.sqlite');
     expect(sqlitePathFromUrl('sqlite://relative/path.db')).toBe('relative/path.db');
