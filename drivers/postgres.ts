@@ -12,13 +12,14 @@ import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
 import type { Keyv } from 'keyv';
 import type KeyvPostgres from '@keyv/postgres';
-import type {
-  ClaimRequest,
-  ClaimResult,
-  IdempotencyRecord,
-  IdempotencyStore,
-  ProcessingRecord,
-  StoredResponse,
+import {
+  recordFromRow,
+  type ClaimRequest,
+  type ClaimResult,
+  type IdempotencyRecord,
+  type IdempotencyStore,
+  type ProcessingRecord,
+  type StoredResponse,
 } from '../src/store.js';
 import { startSweeper, withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
@@ -152,20 +153,7 @@ function isPostgresAdapter(value: unknown): value is KeyvPostgres {
 }
 
 
-function toRecord(row: Row): IdempotencyRecord {
-  const base = { fingerprint: row.fingerprint, token: row.token, createdAt: Number(row.created_at) };
-  if (row.state === 'processing') return { state: 'processing', ...base, leaseUntil: Number(row.expires_at) };
-  return {
-    state: 'completed',
-    ...base,
-    expiresAt: Number(row.expires_at),
-    response: {
-      status: row.status ?? 0,
-      headers: row.headers ?? {},
-      body: row.body === null ? null : new Uint8Array(row.body),
-    },
-  };
-}
+const toRecord = (row: Row): IdempotencyRecord => recordFromRow(row);
 
 /** Create a PostgreSQL store. */
 export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {

@@ -13,13 +13,14 @@ import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import KeyvSqlite from '@keyv/sqlite';
 import type { Keyv } from 'keyv';
-import type {
-  ClaimRequest,
-  ClaimResult,
-  IdempotencyRecord,
-  IdempotencyStore,
-  ProcessingRecord,
-  StoredResponse,
+import {
+  recordFromRow,
+  type ClaimRequest,
+  type ClaimResult,
+  type IdempotencyRecord,
+  type IdempotencyStore,
+  type ProcessingRecord,
+  type StoredResponse,
 } from '../src/store.js';
 import { startSweeper } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
@@ -107,21 +108,8 @@ function isSqliteAdapter(value: unknown): value is KeyvSqlite {
   return typeof candidate === 'object' && candidate !== null && typeof candidate.query === 'function' && candidate.opts?.dialect === 'sqlite';
 }
 
-function toRecord(row: Row): IdempotencyRecord {
-  const base = { fingerprint: row.fingerprint, token: row.token, createdAt: Number(row.created_at) };
-  if (row.state === 'processing') return { state: 'processing', ...base, leaseUntil: Number(row.expires_at) };
-  return {
-    state: 'completed',
-    ...base,
-    expiresAt: Number(row.expires_at),
-    response: {
-      status: row.status ?? 0,
-      headers: row.headers === null ? {} : (JSON.parse(row.headers) as Record<string, string | string[]>),
-      // SQL NULL marks "completed without a replayable body" (H12); X'' is an empty body.
-      body: row.body === null ? null : new Uint8Array(row.body),
-    },
-  };
-}
+const toRecord = (row: Row): IdempotencyRecord =>
+  recordFromRow({ ...row, headers: row.headers === null ? null : (JSON.parse(row.headers) as Record<string, string | string[]>) });
 
 /** Create a SQLite store. */
 export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {

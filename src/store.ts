@@ -126,3 +126,34 @@ export function decodeRecord(text: string): IdempotencyRecord {
   }
   throw new TypeError('idempotency-kit: stored record has an unknown shape');
 }
+
+/** A record as the SQL drivers store it: one row, one column per field. */
+export interface SqlRecordRow {
+  state: 'processing' | 'completed';
+  fingerprint: string;
+  token: string;
+  created_at: string | number;
+  /** The lease end while processing, the record's end once completed. */
+  expires_at: string | number;
+  status: number | null;
+  /** Parsed by the driver (jsonb or text). */
+  headers: Record<string, string | string[]> | null;
+  /** SQL NULL marks "completed without a replayable body" (H12); an empty blob is an empty body. */
+  body: Uint8Array | null;
+}
+
+/** The record behind a row of the SQL drivers' table. */
+export function recordFromRow(row: SqlRecordRow): IdempotencyRecord {
+  const base = { fingerprint: row.fingerprint, token: row.token, createdAt: Number(row.created_at) };
+  if (row.state === 'processing') return { state: 'processing', ...base, leaseUntil: Number(row.expires_at) };
+  return {
+    state: 'completed',
+    ...base,
+    expiresAt: Number(row.expires_at),
+    response: {
+      status: row.status ?? 0,
+      headers: row.headers ?? {},
+      body: row.body === null ? null : new Uint8Array(row.body),
+    },
+  };
+}
