@@ -22,6 +22,7 @@ import {
   type StoredResponse,
 } from '../src/store.js';
 import { startSweeper, withTimeout } from '../src/timers.js';
+import { adapterFrom, assertOneSource } from './keyv-input.js';
 import { assertInteger } from '../src/validate.js';
 
 export interface PostgresStoreOptions {
@@ -170,8 +171,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   assertInteger('poolSize', poolSize, 1);
   assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
   assertInteger('sweepBatchSize', sweepBatchSize, 1);
-  const given = [options.url, options.adapter, options.keyv].filter((v) => v !== undefined).length;
-  if (given !== 1) throw new TypeError('Expected exactly one of `url`, `adapter` or `keyv`');
+  assertOneSource(options);
 
   let query: Query;
   let end: (() => Promise<void>) | undefined;
@@ -203,14 +203,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
       await pool?.end();
     };
   } else {
-    const adapter = options.adapter ?? (options.keyv as { store?: unknown } | undefined)?.store;
-    if (!isPostgresAdapter(adapter)) {
-      throw new TypeError(
-        options.adapter === undefined
-          ? 'Expected `keyv` to be a Keyv instance over a @keyv/postgres adapter (new Keyv(new KeyvPostgres({ uri })))'
-          : 'Expected `adapter` to be a @keyv/postgres adapter (new KeyvPostgres({ uri }))',
-      );
-    }
+    const adapter = adapterFrom(options, isPostgresAdapter, '@keyv/postgres', 'new KeyvPostgres({ uri })');
     query = (text, values) => (adapter.query as (sql: string, values: unknown[]) => Promise<Row[]>)(text, values);
   }
   const run: Query = (text, values, name) => withTimeout(query(text, values, name), timeoutMs, `idempotency-kit: PostgreSQL did not answer within ${timeoutMs} ms`);

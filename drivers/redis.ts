@@ -21,6 +21,7 @@ import {
   type StoredResponse,
 } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
+import { adapterFrom } from './keyv-input.js';
 import { assertInteger } from '../src/validate.js';
 
 export interface RedisStoreOptions {
@@ -197,15 +198,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     // The adapter re-emits client errors; the store reports them through its calls.
     adapter.on('error', () => undefined);
   } else {
-    const given = options.adapter ?? (options.keyv as { store?: unknown } | undefined)?.store;
-    if (!isRedisAdapter(given)) {
-      throw new TypeError(
-        options.adapter === undefined
-          ? 'Expected `keyv` to be a Keyv instance over a @keyv/redis adapter (new Keyv(new KeyvRedis(url)))'
-          : 'Expected `adapter` to be a @keyv/redis adapter (new KeyvRedis(url))',
-      );
-    }
-    adapter = given;
+    adapter = adapterFrom(options, isRedisAdapter, '@keyv/redis', 'new KeyvRedis(url)');
   }
 
   const client = adapter.client as unknown as ScriptClient;

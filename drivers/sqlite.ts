@@ -23,6 +23,7 @@ import {
   type StoredResponse,
 } from '../src/store.js';
 import { startSweeper } from '../src/timers.js';
+import { adapterFrom, assertOneSource } from './keyv-input.js';
 import { assertInteger } from '../src/validate.js';
 
 export interface SqliteStoreOptions {
@@ -126,23 +127,14 @@ export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {
   assertInteger('timeoutMs', timeoutMs, 1);
   assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
   assertInteger('sweepBatchSize', sweepBatchSize, 1);
-  const given = [options.url, options.adapter, options.keyv].filter((v) => v !== undefined).length;
-  if (given !== 1) throw new TypeError('Expected exactly one of `url`, `adapter` or `keyv`');
+  assertOneSource(options);
 
   let file: string | undefined;
   let adapter: KeyvSqlite | undefined;
   if (options.url !== undefined) {
     file = sqlitePathFromUrl(options.url);
   } else {
-    const candidate = options.adapter ?? (options.keyv as { store?: unknown } | undefined)?.store;
-    if (!isSqliteAdapter(candidate)) {
-      throw new TypeError(
-        options.adapter === undefined
-          ? 'Expected `keyv` to be a Keyv instance over a @keyv/sqlite adapter (new Keyv(new KeyvSqlite(url)))'
-          : 'Expected `adapter` to be a @keyv/sqlite adapter (new KeyvSqlite(url))',
-      );
-    }
-    adapter = candidate;
+    adapter = adapterFrom(options, isSqliteAdapter, '@keyv/sqlite', 'new KeyvSqlite(url)');
   }
   const owned = adapter === undefined;
 
