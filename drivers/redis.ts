@@ -18,6 +18,7 @@ import {
   type IdempotencyRecord,
   type IdempotencyStore,
   type ProcessingRecord,
+  type SettleListener,
   type StoredResponse,
 } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
@@ -68,6 +69,17 @@ interface ScriptClient {
   close?(): Promise<unknown>;
   destroy?(): unknown;
   unref?(): unknown;
+  /** A new client with the same options (plain, cluster or sentinel): the wake-up subscriber. */
+  duplicate?(): SubscriberClient;
+}
+
+/** The parts of a duplicated client the wake-up subscriber uses. */
+interface SubscriberClient {
+  connect(): Promise<unknown>;
+  subscribe(channel: string, listener: (message: string) => void): Promise<unknown>;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  destroy?(): unknown;
+  unref?(): unknown;
 }
 
 class Script {
@@ -98,16 +110,18 @@ local record = cjson.decode(current)
 if record.s ~= 'p' or record.t ~= ARGV[1] then return 0 end
 `;
 
-/** ARGV: token, response JSON, expiresAt, ttlMs. */
+/** ARGV: token, response JSON, expiresAt, ttlMs, wake-up channel, storage key. */
 const COMPLETE = new Script(`${OWNED}
 redis.call('SET', KEYS[1], '{"s":"c","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
   .. ',"c":' .. string.format('%.0f', record.c) .. ',"e":' .. ARGV[3] .. ',"r":' .. ARGV[2] .. '}', 'PX', ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1
 `);
 
-/** ARGV: token. */
+/** ARGV: token, wake-up channel, storage key. */
 const RELEASE = new Script(`${OWNED}
 redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 `);
 
@@ -203,6 +217,9 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
 
   const client = adapter.client as unknown as ScriptClient;
   const prefix = `${namespace}:`;
+  // Completes and releases publish the (already hashed) storage key here, in their script.
+  const channel = `${namespace}:settled`;
+  const feed = settleFeed(client, channel, timeoutMs);
   const redisKey = (key: string) => prefix + createHash('sha256').update(key).digest('base64url');
 
   // Connection state, from the client's events: `down` is the last error seen while not
@@ -301,19 +318,21 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     },
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
       const expiresAt = Date.now() + ttlMs;
-      const reply = await evalScript(COMPLETE, redisKey(key), [token, responseJson(response), String(expiresAt), String(ttlMs)]);
+      const reply = await evalScript(COMPLETE, redisKey(key), [token, responseJson(response), String(expiresAt), String(ttlMs), channel, key]);
       return reply === 1;
     },
     async release(key: string, token: string) {
-      return (await evalScript(RELEASE, redisKey(key), [token])) === 1;
+      return (await evalScript(RELEASE, redisKey(key), [token, channel, key])) === 1;
     },
     async extend(key: string, token: string, leaseMs: number) {
       const leaseUntil = Date.now() + leaseMs;
       return (await evalScript(EXTEND, redisKey(key), [token, String(leaseMs), String(leaseUntil)])) === 1;
     },
+    ...(feed ? { subscribe: feed.subscribe } : {}),
     async close() {
       if (closed) return;
       closed = true;
+      feed?.close();
       client.off('error', onError);
       client.off('ready', onReady);
       if (!owned || !client.isOpen) return;
@@ -328,6 +347,114 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       } catch {
         client.unref?.(); // a server that stopped answering must not keep the process alive
       }
+    },
+  };
+}
+
+/**
+ * Wake-ups for waiting duplicates: ONE subscriber connection per store (a duplicate of the
+ * store's client, so plain, sentinel and cluster clients all work), opened on the first
+ * `subscribe`, unref'd so that it never keeps a process alive. It reconnects on its own;
+ * a failure here only makes waiters poll, it never fails a request. On a cluster the
+ * channel is a classic (not sharded) one: every message reaches every node.
+ */
+function settleFeed(
+  client: ScriptClient,
+  channel: string,
+  timeoutMs: number,
+): { subscribe: (listener: SettleListener) => () => void; close: () => void } | undefined {
+  if (typeof client.duplicate !== 'function') return undefined;
+  const cluster = client.isReady === undefined;
+  const listeners = new Set<SettleListener>();
+  let subscriber: SubscriberClient | undefined;
+  let live = false;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let attempt = 0;
+  const setLive = (value: boolean) => {
+    if (live === value) return;
+    live = value;
+    for (const listener of listeners) {
+      try {
+        if (value) listener.ready();
+        else listener.down();
+      } catch {
+        // a listener's bug must not stop the feed
+      }
+    }
+  };
+  const retryLater = () => {
+    if (closed || retry) return;
+    retry = setTimeout(() => {
+      retry = undefined;
+      start();
+    }, Math.min(100 * 2 ** attempt++, 5000));
+    retry.unref();
+  };
+  const start = () => {
+    if (closed || subscriber) return;
+    let sub: SubscriberClient;
+    try {
+      sub = client.duplicate!();
+    } catch {
+      return; // cannot duplicate: waiters poll
+    }
+    subscriber = sub;
+    let subscribed = false;
+    const drop = () => {
+      setLive(false);
+      // Given up by its reconnect strategy (or never connected): start over with a fresh one.
+      if (subscriber === sub && !closed) {
+        subscriber = undefined;
+        sub.destroy?.();
+        retryLater();
+      }
+    };
+    sub.on('error', () => {
+      if (!cluster) setLive(false);
+    });
+    // node-redis re-sends SUBSCRIBE before it reports `ready` after a reconnect.
+    sub.on('ready', () => {
+      if (subscribed) setLive(true);
+    });
+    sub.on('end', () => {
+      if (!closed) drop();
+    });
+    void (async () => {
+      try {
+        await withTimeout(sub.connect(), timeoutMs, timedOut('subscriber connect', timeoutMs));
+        await withTimeout(
+          sub.subscribe(channel, (message) => {
+            for (const listener of listeners) listener.settled(message);
+          }),
+          timeoutMs,
+          timedOut('SUBSCRIBE', timeoutMs),
+        );
+        sub.unref?.();
+        subscribed = true;
+        attempt = 0;
+        setLive(true);
+      } catch {
+        drop();
+      }
+    })();
+  };
+  return {
+    subscribe(listener) {
+      listeners.add(listener);
+      start();
+      if (live) queueMicrotask(() => listeners.has(listener) && listener.ready());
+      return () => {
+        listeners.delete(listener);
+      };
+    },
+    close() {
+      closed = true;
+      if (retry) clearTimeout(retry);
+      setLive(false);
+      listeners.clear();
+      subscriber?.destroy?.();
+      subscriber = undefined;
     },
   };
 }

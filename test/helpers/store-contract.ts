@@ -201,3 +201,103 @@ export function storeContract(name: string, target: ContractTarget | undefined):
     });
   });
 }
+
+/**
+ * The optional wake-up capability (`subscribe`), for stores that offer it: two store
+ * objects on one backend stand for two processes. A store without `subscribe` skips this.
+ */
+export function settleContract(name: string, create: (() => Promise<IdempotencyStore>) | undefined): void {
+  describe.skipIf(!create)(`wake-up contract: ${name}`, () => {
+    let writer: IdempotencyStore;
+    let reader: IdempotencyStore;
+    const seen: string[] = [];
+    let arrived: (() => void) | undefined;
+    let readyCount = 0;
+    let stop: (() => void) | undefined;
+    /** Resolves once `key` was reported (or rejects after 5 s). */
+    const reported = (k: string) =>
+      new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no wake-up for ${k} within 5 s; seen ${JSON.stringify(seen)}`)), 5000);
+        const check = () => {
+          if (!seen.includes(k)) return;
+          clearTimeout(timer);
+          arrived = undefined;
+          resolve();
+        };
+        arrived = check;
+        check();
+      });
+    beforeAll(async () => {
+      writer = await create!();
+      reader = await create!();
+      expect(typeof reader.subscribe).toBe('function');
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error('subscription not ready within 5 s')), 5000);
+        stop = reader.subscribe!({
+          settled: (k) => {
+            seen.push(k);
+            arrived?.();
+          },
+          ready: () => {
+            readyCount++;
+            clearTimeout(timer);
+            resolve();
+          },
+          down: () => {},
+        });
+      });
+    });
+    afterAll(async () => {
+      stop?.();
+      await Promise.all([writer?.close(), reader?.close()]);
+    });
+
+    it('H8: a complete that took effect wakes another store object on the same backend, with the key', async () => {
+      const k = key();
+      await writer.claim(k, claimOf('t1'), 5000);
+      expect(seen).not.toContain(k);
+      expect(await writer.complete(k, 't1', response(), 60_000)).toBe(true);
+      await reported(k);
+      expect(readyCount).toBe(1);
+    });
+
+    it('H8: a release that took effect wakes it too', async () => {
+      const k = key();
+      await writer.claim(k, claimOf('t1'), 5000);
+      expect(await writer.release(k, 't1')).toBe(true);
+      await reported(k);
+    });
+
+    it('H8: a refused complete or release publishes nothing (messages arrive in order)', async () => {
+      const refused = key();
+      const marker = key();
+      await writer.claim(refused, claimOf('owner'), 5000);
+      expect(await writer.complete(refused, 'intruder', response(), 60_000)).toBe(false);
+      expect(await writer.release(refused, 'intruder')).toBe(false);
+      await writer.claim(marker, claimOf('t'), 5000);
+      await writer.release(marker, 't');
+      await reported(marker);
+      expect(seen).not.toContain(refused);
+      await writer.release(refused, 'owner');
+    });
+
+    it('a second listener on the same store gets ready() at once and the same messages; detaching stops them', async () => {
+      const mine: string[] = [];
+      let detach!: () => void;
+      await new Promise<void>((resolve) => {
+        detach = reader.subscribe!({ settled: (k) => mine.push(k), ready: () => resolve(), down: () => {} });
+      });
+      const k = key();
+      await writer.claim(k, claimOf('t'), 5000);
+      await writer.release(k, 't');
+      await reported(k);
+      expect(mine).toContain(k);
+      detach();
+      const after = key();
+      await writer.claim(after, claimOf('t'), 5000);
+      await writer.release(after, 't');
+      await reported(after);
+      expect(mine).not.toContain(after);
+    });
+  });
+}
