@@ -19,6 +19,7 @@ import {
   type IdempotencyRecord,
   type IdempotencyStore,
   type ProcessingRecord,
+  type SettleListener,
   type StoredResponse,
 } from '../src/store.js';
 import { startSweeper, withTimeout } from '../src/timers.js';
@@ -85,6 +86,17 @@ interface PgPool {
 }
 interface PgModule {
   Pool: new (config: Record<string, unknown>) => PgPool;
+  Client: new (config: Record<string, unknown>) => PgClient;
+}
+/** The dedicated LISTEN connection. */
+interface PgClient {
+  connect(): Promise<unknown>;
+  query(text: string): Promise<unknown>;
+  end(): Promise<void>;
+  on(event: 'notification', listener: (message: { channel: string; payload?: string }) => void): unknown;
+  on(event: 'error' | 'end', listener: (error?: Error) => void): unknown;
+  /** pg's socket, unref'd so that the listener never keeps a process alive. */
+  connection?: { stream?: { unref?: () => unknown } };
 }
 
 interface Row {
@@ -175,6 +187,8 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
 
   let query: Query;
   let end: (() => Promise<void>) | undefined;
+  // How to open the LISTEN connection: the pool's settings, one connection of its own.
+  let listenConfig: Record<string, unknown> | undefined;
   if (options.url !== undefined) {
     checkPostgresUrl(options.url);
     const url = options.url;
@@ -199,12 +213,18 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     };
     // Named statements are parsed and planned once per connection.
     query = async (text, values, name) => (await open().query({ text, values, ...(name ? { name } : {}) })).rows;
+    listenConfig = { connectionString: url };
     end = async () => {
       await pool?.end();
     };
   } else {
     const adapter = adapterFrom(options, isPostgresAdapter, '@keyv/postgres', 'new KeyvPostgres({ uri })');
     query = (text, values) => (adapter.query as (sql: string, values: unknown[]) => Promise<Row[]>)(text, values);
+    const { uri, table: _table, keySize: _keySize, schema: _schema, dialect: _dialect, iterationLimit: _limit, useUnloggedTable: _unlogged, ...pool } =
+      (adapter.opts ?? {}) as Record<string, unknown>;
+    if (typeof uri === 'string' || typeof pool.connectionString === 'string' || typeof pool.host === 'string') {
+      listenConfig = { ...pool, ...(typeof uri === 'string' ? { connectionString: uri } : {}) };
+    }
   }
   const run: Query = (text, values, name) => withTimeout(query(text, values, name), timeoutMs, `idempotency-kit: PostgreSQL did not answer within ${timeoutMs} ms`);
 
@@ -278,10 +298,17 @@ SELECT false, ${COLUMNS} FROM ${quoted}
 WHERE key = $1 AND expires_at > ${NOW} AND NOT EXISTS (SELECT 1 FROM claimed)`;
   const GET = `SELECT ${COLUMNS} FROM ${quoted} WHERE key = $1 AND expires_at > ${NOW}`;
   const OWNED = `key = $1 AND token = $2 AND state = 'processing' AND expires_at > ${NOW}`;
-  const COMPLETE = `UPDATE ${quoted}
-SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
-WHERE ${OWNED} RETURNING 1 AS n`;
-  const RELEASE = `DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n`;
+  // Completes and releases that took effect notify waiters in other processes in the same
+  // statement (delivered on commit): channel per table, payload the storage key (hashed).
+  const channel = `idempotency_kit_${createHash('sha1').update(table).digest('hex').slice(0, 16)}`;
+  const COMPLETE = `WITH done AS (
+  UPDATE ${quoted}
+  SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
+  WHERE ${OWNED} RETURNING 1 AS n
+)
+SELECT n, pg_notify('${channel}', $7::text) FROM done`;
+  const RELEASE = `WITH done AS (DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n)
+SELECT n, pg_notify('${channel}', $3::text) FROM done`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint WHERE ${OWNED} RETURNING 1 AS n`;
   // SKIP LOCKED: sweeps on several hosts never wait on each other or on a claim; the
   // outer condition re-checks each row, so a row taken over meanwhile is kept (S3).
@@ -300,6 +327,7 @@ SELECT count(*)::int AS n FROM swept`;
     }
   };
   const sweeper = startSweeper(sweepIntervalMs, sweep);
+  const feed = listenConfig ? listenFeed(listenConfig, channel, timeoutMs) : undefined;
 
   return {
     name: 'postgres',
@@ -326,22 +354,136 @@ SELECT count(*)::int AS n FROM swept`;
       const body = response.body === null ? null : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength);
       const rows = await exec(
         COMPLETE,
-        [hash(key), token, ttlMs, response.status, JSON.stringify(response.headers), body],
+        [hash(key), token, ttlMs, response.status, JSON.stringify(response.headers), body, notifyPayload(key)],
         statement('complete'),
       );
       return rows.length === 1;
     },
     async release(key: string, token: string) {
-      return (await exec(RELEASE, [hash(key), token], statement('release'))).length === 1;
+      return (await exec(RELEASE, [hash(key), token, notifyPayload(key)], statement('release'))).length === 1;
     },
     async extend(key: string, token: string, leaseMs: number) {
       return (await exec(EXTEND, [hash(key), token, leaseMs], statement('extend'))).length === 1;
     },
+    ...(feed ? { subscribe: feed.subscribe } : {}),
     async close() {
       if (closed) return;
       closed = true;
+      await feed?.close();
       await sweeper.stop();
       await end?.();
+    },
+  };
+}
+
+/**
+ * A NOTIFY payload is text under 8000 bytes: the engine's keys (base64url) go as they are,
+ * any other key base64url-encoded behind `~`, and a key too long for a payload goes empty
+ * (its waiters fall back to the safety poll; a complete never fails for a notification).
+ */
+function notifyPayload(key: string): string {
+  if (/^[A-Za-z0-9_-]{1,1000}$/.test(key)) return key;
+  const encoded = `~${Buffer.from(key, 'utf8').toString('base64url')}`;
+  return encoded.length <= 7000 ? encoded : '';
+}
+
+function keyOfPayload(payload: string | undefined): string | undefined {
+  if (!payload) return undefined;
+  return payload.startsWith('~') ? Buffer.from(payload.slice(1), 'base64url').toString('utf8') : payload;
+}
+
+/**
+ * Wake-ups for waiting duplicates: ONE dedicated connection per store, opened on the first
+ * `subscribe`, runs `LISTEN` (the pool's connections never hold it, so a pooled connection
+ * is never pinned). It reconnects with backoff when dropped; a failure here only makes
+ * waiters poll, it never fails a request. Its socket is unref'd.
+ */
+function listenFeed(
+  config: Record<string, unknown>,
+  channel: string,
+  timeoutMs: number,
+): { subscribe: (listener: SettleListener) => () => void; close: () => Promise<void> } {
+  const listeners = new Set<SettleListener>();
+  let connection: PgClient | undefined;
+  let live = false;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let attempt = 0;
+  const setLive = (value: boolean) => {
+    if (live === value) return;
+    live = value;
+    for (const listener of listeners) {
+      try {
+        if (value) listener.ready();
+        else listener.down();
+      } catch {
+        // a listener's bug must not stop the feed
+      }
+    }
+  };
+  const start = () => {
+    if (closed || connection || retry) return;
+    let client: PgClient;
+    try {
+      client = new (loadPg().Client)({
+        ...config,
+        connectionTimeoutMillis: timeoutMs,
+        keepAlive: true,
+        application_name: 'idempotency-kit-listen',
+      });
+    } catch {
+      return; // no usable pg: waiters poll
+    }
+    connection = client;
+    const drop = () => {
+      if (connection !== client) return;
+      connection = undefined;
+      setLive(false);
+      client.end().catch(() => undefined);
+      if (closed) return;
+      retry = setTimeout(() => {
+        retry = undefined;
+        start();
+      }, Math.min(100 * 2 ** attempt++, 5000));
+      retry.unref();
+    };
+    client.on('error', drop);
+    client.on('end', drop);
+    client.on('notification', (message) => {
+      const key = message.channel === channel ? keyOfPayload(message.payload) : undefined;
+      if (key === undefined) return;
+      for (const listener of listeners) listener.settled(key);
+    });
+    void (async () => {
+      try {
+        await withTimeout(client.connect(), timeoutMs, `idempotency-kit: PostgreSQL LISTEN connection not open within ${timeoutMs} ms`);
+        await withTimeout(client.query(`LISTEN "${channel}"`), timeoutMs, `idempotency-kit: PostgreSQL LISTEN not answered within ${timeoutMs} ms`);
+        if (connection !== client) return;
+        client.connection?.stream?.unref?.();
+        attempt = 0;
+        setLive(true);
+      } catch {
+        drop();
+      }
+    })();
+  };
+  return {
+    subscribe(listener) {
+      listeners.add(listener);
+      start();
+      if (live) queueMicrotask(() => listeners.has(listener) && listener.ready());
+      return () => {
+        listeners.delete(listener);
+      };
+    },
+    async close() {
+      closed = true;
+      if (retry) clearTimeout(retry);
+      setLive(false);
+      listeners.clear();
+      const client = connection;
+      connection = undefined;
+      await client?.end().catch(() => undefined);
     },
   };
 }

@@ -268,6 +268,14 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
       await reported(k);
     });
 
+    it('S7: any key text comes back exactly as given', async () => {
+      for (const k of [`${key()}ключ\u0000\r\n"'`, `${key()}${'x'.repeat(2000)}`]) {
+        await writer.claim(k, claimOf('t1'), 5000);
+        expect(await writer.release(k, 't1')).toBe(true);
+        await reported(k);
+      }
+    });
+
     it('H8: a refused complete or release publishes nothing (messages arrive in order)', async () => {
       const refused = key();
       const marker = key();
