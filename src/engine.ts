@@ -131,6 +131,11 @@ export function storageKey(scope: string | undefined, key: string): string {
     .digest('base64url');
 }
 
+/** When a request's wait ends: set once, when it first learns that the key is in progress. */
+interface WaitClock {
+  deadline: number | undefined;
+}
+
 export type Acquired =
   | { type: 'execute'; lease: Lease }
   | { type: 'replay'; record: CompletedRecord };
@@ -164,6 +169,7 @@ export class Lease {
       this.#flight = flight;
       this.#record = record;
       flight.owner = { record, leaseUntil: () => this.#leaseUntil };
+      flight.inProgress(now());
     }
     // Renew at a third of the lease, so two missed renewals still leave time (H17).
     this.#timer = setInterval(() => void this.#renew(), Math.max(1, Math.floor(leaseMs / 3)));
@@ -328,9 +334,10 @@ export class Engine {
    * process in memory, else on the store's wake-ups (or polls).
    */
   async acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
-    const { store, now, wait } = this.options;
+    const { store } = this.options;
     const skey = storageKey(scope, key);
-    const deadline = now() + wait;
+    // The wait runs from the moment this request learns that the key is in progress.
+    const wait: WaitClock = { deadline: undefined };
     const hub = waitHub(store);
     // The flight this call leads: other requests of this process for the key follow it.
     let mine: Flight | undefined;
@@ -338,7 +345,7 @@ export class Engine {
       for (;;) {
         const local = hub.flights.get(skey);
         if (local && local !== mine) {
-          const outcome = await this.#follow(local, key, scope, fingerprint, deadline);
+          const outcome = await this.#follow(local, key, scope, fingerprint, wait);
           if (outcome) {
             const next = this.#decided(outcome.record, key, scope, fingerprint);
             if (next === 'claim') continue;
@@ -346,7 +353,7 @@ export class Engine {
           }
         }
         if (!mine && !hub.flights.has(skey)) mine = new Flight(hub.flights, skey, fingerprint);
-        const acquired = await this.#claim(hub, key, scope, skey, fingerprint, deadline, mine);
+        const acquired = await this.#claim(hub, key, scope, skey, fingerprint, wait, mine);
         if (acquired === 'claim') continue; // released or expired while we waited: claim again
         if (acquired.type === 'execute') mine = undefined; // the lease now ends the flight
         else mine?.end({ record: acquired.record });
@@ -366,7 +373,7 @@ export class Engine {
     scope: string | undefined,
     skey: string,
     fingerprint: string,
-    deadline: number,
+    wait: WaitClock,
     flight: Flight | undefined,
   ): Promise<Acquired | 'claim'> {
     const { store, leaseMs, now } = this.options;
@@ -393,7 +400,10 @@ export class Engine {
     // The store refused the claim, so the record is live by the store's clock even if
     // ours disagrees: wait rather than spin on claims.
     if (next === 'claim' || next === 'wait') {
-      record = await this.#waitInStore(hub, key, scope, skey, fingerprint, record, deadline, mark);
+      const foundAt = now();
+      flight?.inProgress(foundAt);
+      wait.deadline ??= foundAt + this.options.wait;
+      record = await this.#waitInStore(hub, key, scope, skey, fingerprint, record, wait.deadline, mark);
       next = this.#decided(record, key, scope, fingerprint, flight);
       if (next === 'wait') throw new Error('unreachable: the wait returned a record still processing');
     }
@@ -440,10 +450,11 @@ export class Engine {
    * Resolves with what it learned, or `undefined` to ask the store instead (a different
    * request still claiming, an owner that stopped renewing, nothing learned).
    */
-  async #follow(flight: Flight, key: string, scope: string | undefined, fingerprint: string, deadline: number): Promise<FlightOutcome> {
+  async #follow(flight: Flight, key: string, scope: string | undefined, fingerprint: string, wait: WaitClock): Promise<FlightOutcome> {
     const { now } = this.options;
-    let waited = false;
+    const arrived = now();
     for (;;) {
+      if (flight.ended) return flight.done;
       const owner = flight.owner;
       if (owner && owner.leaseUntil() <= now()) {
         // Its renewals stopped (a paused or failing owner): the key frees like a crashed one's.
@@ -453,12 +464,14 @@ export class Engine {
       // A different request in the same key: the store's record decides (mismatch), as ever.
       if (owner && owner.record.fingerprint !== fingerprint) return { record: owner.record };
       if (!owner && flight.fingerprint !== fingerprint) return undefined;
-      const remaining = deadline - now();
-      if (remaining <= 0) {
-        if (owner || waited) throw this.#conflict(key, scope);
-        return undefined; // `wait: 0` and the leader is still claiming: the store answers
+      if (flight.inProgressSince === undefined) {
+        // Its claim is on the way (bounded by storeTimeoutMs): its answer is ours too.
+        await flight.news;
+        continue;
       }
-      waited = true;
+      wait.deadline ??= Math.max(flight.inProgressSince, arrived) + this.options.wait;
+      const remaining = wait.deadline - now();
+      if (remaining <= 0) throw this.#conflict(key, scope);
       const outcome = await within(flight.done, owner ? Math.min(remaining, owner.leaseUntil() - now() + 1) : remaining);
       if (outcome !== TIMED_OUT) return outcome;
     }

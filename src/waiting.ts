@@ -41,8 +41,13 @@ export interface FlightOwner {
  */
 export class Flight {
   owner: FlightOwner | undefined;
+  /** When it learned that the key is in progress (it claimed it, or found it claimed). */
+  inProgressSince: number | undefined;
   readonly done: Promise<FlightOutcome>;
+  /** Settles at the first news: in progress, or ended. */
+  readonly news: Promise<unknown>;
   #resolve!: (outcome: FlightOutcome) => void;
+  #heard!: () => void;
   #ended = false;
 
   constructor(
@@ -53,7 +58,19 @@ export class Flight {
     this.done = new Promise((resolve) => {
       this.#resolve = resolve;
     });
+    this.news = new Promise<void>((resolve) => {
+      this.#heard = resolve;
+    });
     flights.set(key, this);
+  }
+
+  get ended(): boolean {
+    return this.#ended;
+  }
+
+  inProgress(since: number): void {
+    this.inProgressSince ??= since;
+    this.#heard();
   }
 
   /** Settle the followers (first call wins) and let the next request for the key lead. */
@@ -62,6 +79,7 @@ export class Flight {
     this.#ended = true;
     if (this.flights.get(this.key) === this) this.flights.delete(this.key);
     this.#resolve(outcome);
+    this.#heard();
   }
 }
 
