@@ -471,7 +471,15 @@ export class Engine {
       }
       wait.deadline ??= Math.max(flight.inProgressSince, arrived) + this.options.wait;
       const remaining = wait.deadline - now();
-      if (remaining <= 0) throw this.#conflict(key, scope);
+      if (remaining <= 0) {
+        if (owner) throw this.#conflict(key, scope);
+        // The leader is waiting in the store with (about) the same deadline: its last look
+        // is ours too, as a waiter's own last read at its deadline would be. Bounded like
+        // one store call.
+        const outcome = await within(flight.done, this.options.storeTimeoutMs);
+        if (outcome === TIMED_OUT || outcome === undefined) throw this.#conflict(key, scope);
+        return outcome;
+      }
       const outcome = await within(flight.done, owner ? Math.min(remaining, owner.leaseUntil() - now() + 1) : remaining);
       if (outcome !== TIMED_OUT) return outcome;
     }
