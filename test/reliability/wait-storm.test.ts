@@ -75,7 +75,13 @@ for (const kind of KINDS) {
       servers = await Promise.all(Array.from({ length: SERVERS }, () => startServer(env, 30_000)));
       // One request per server first: connections, schema and the wake-up subscription are
       // set up outside the storm, as in a running service.
-      await Promise.all(servers.map((s) => request(s.url, { key: uniqueKey('warm') })));
+      // (A first claim on a loaded machine can outlast storeTimeoutMs while the connection opens.)
+      await Promise.all(
+        servers.map(async (s) => {
+          for (let attempt = 0; attempt < 10; attempt++) if ((await request(s.url, { key: uniqueKey('warm') })).status === 201) return;
+          throw new Error(`server ${s.pid} never answered 201 to a warm-up request`);
+        }),
+      );
     }, 60_000);
     afterAll(async () => {
       await Promise.all(servers.map((s) => s.stop()));
@@ -88,6 +94,7 @@ for (const kind of KINDS) {
         const keys = Array.from({ length: KEYS }, () => uniqueKey(`storm-${kind}`));
         const cpu = async () => (await Promise.all(servers.map(async (s) => (await request(s.url, { method: 'GET', path: '/__stats', body: undefined })).json().cpuMicros as number))).reduce((a, b) => a + b, 0);
         const cpuBefore = await cpu();
+        for (const s of servers) s.lines.length = 0; // count this storm's events only
         const load = startLoad(LOAD_PROCESSES);
         let replies: { key: string; reply: Reply; sentAt: number }[];
         const t0 = Date.now();
@@ -121,7 +128,6 @@ for (const kind of KINDS) {
             const name = `${e.event}${e.operation ? `:${e.operation}` : ''}${e.error ? `:${String(e.error).slice(0, 60)}` : ''}`;
             events[name] = (events[name] ?? 0) + 1;
           }
-          s.lines.length = 0;
         }
         if (Object.keys(events).length > 0) summaries.push(`${kind} events ${JSON.stringify(events)}`);
         if (process.env.WAIT_STORM_DEBUG) {
