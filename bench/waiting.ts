@@ -62,7 +62,7 @@ export async function measureWaiting(o: {
   batch: number;
   log: (line: string) => void;
 }): Promise<WaitingRow[]> {
-  const env: ServerEnv = { ADAPTER: 'node', IMPL: 'ours', STORE_URL: o.url, NAMESPACE: o.namespace, COUNT_OPS: '1' };
+  const env: ServerEnv = { ADAPTER: 'node', IMPL: 'ours', STORE_URL: o.url, NAMESPACE: o.namespace, COUNT_OPS: '1', COUNT_KEYS: '1' };
   const [owner, other] = await Promise.all([startServer(env), startServer(env)]);
   const rows: WaitingRow[] = [];
   try {
@@ -74,6 +74,7 @@ export async function measureWaiting(o: {
       await Promise.all([first, post(other.url, key, 0), post(owner.url, key, 0)]);
     }
     for (const handlerMs of o.durations) {
+      // Durations shorter than the time to see the owner start would leave nothing to wait for.
       const before = { owner: await opsOf(owner), other: await opsOf(other) };
       const delays: number[] = [];
       let bad = 0;
@@ -83,8 +84,8 @@ export async function measureWaiting(o: {
           Array.from({ length: n }, async () => {
             const key = `wait-${randomUUID()}`;
             const first = post(owner.url, key, handlerMs);
-            // The owner claims within a few ms; the duplicates arrive while its handler runs.
-            await sleep(Math.min(10, handlerMs / 4));
+            // The duplicates go once the owner's handler runs (it claimed the key).
+            while ((await owner.stats(key)).keyedExecutions === 0) await sleep(2);
             const [a, cross, local] = await Promise.all([first, post(other.url, key, 0), post(owner.url, key, 0)]);
             if (a.status !== 201 || a.replayed || cross.status !== 201 || !cross.replayed || local.status !== 201 || !local.replayed) bad++;
             else delays.push(cross.at - a.at);

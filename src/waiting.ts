@@ -18,6 +18,8 @@ const POLL_MAX_MS = 250;
 const POLL_FACTOR = 1.6;
 /** Waiters' reads in flight at once, per store: the rest of the store's connections stay free for owners. */
 const MAX_WAITER_READS = 4;
+/** Keys whose wake-up arrived recently, kept for a waiter that registers just after it. */
+const RECENT_SETTLES = 4096;
 
 export const TIMED_OUT: unique symbol = Symbol('timed out');
 
@@ -112,7 +114,12 @@ export class WaitHub {
   readonly #watchers = new Map<string, Set<() => void>>();
   #subscribed = false;
   #live = false;
-  #generation = 0;
+  /** Counts wake-ups and (re)connections: the order of events, for marks. */
+  #seq = 0;
+  /** `#seq` when the wake-ups last came up. */
+  #liveSince = 0;
+  /** Key -> `#seq` of its last wake-up (bounded, oldest dropped first). */
+  readonly #recent = new Map<string, number>();
   #reading = 0;
   readonly #queue: (() => void)[] = [];
 
@@ -126,11 +133,18 @@ export class WaitHub {
   }
 
   /**
-   * Taken before a claim. The same mark at wait time means wake-ups were delivered all
-   * along, so none for this key can have been missed in between.
+   * Taken before a claim: at wait time it tells whether a wake-up for the key may have
+   * come and gone in between (the record's settle raced the claim's answer).
    */
   mark(): number {
-    return this.#live ? this.#generation : -1;
+    return this.#live ? this.#seq : -1;
+  }
+
+  /** Whether a wake-up for `key` may have been missed since `mark`. */
+  #missed(key: string, mark: number): boolean {
+    if (!this.#live) return false; // polling anyway
+    if (mark < 0 || this.#liveSince > mark) return true;
+    return (this.#recent.get(key) ?? -1) > mark;
   }
 
   #subscribe(): void {
@@ -138,12 +152,15 @@ export class WaitHub {
     this.#subscribed = true;
     const listener: SettleListener = {
       settled: (key) => {
+        this.#recent.delete(key);
+        this.#recent.set(key, ++this.#seq);
+        if (this.#recent.size > RECENT_SETTLES) this.#recent.delete(this.#recent.keys().next().value!);
         const wakes = this.#watchers.get(key);
         if (wakes) for (const wake of wakes) wake();
       },
       ready: () => {
         this.#live = true;
-        this.#generation++;
+        this.#liveSince = ++this.#seq;
         this.#wakeAll(); // messages may have been missed while down: everyone looks once
       },
       down: () => {
@@ -204,8 +221,8 @@ export class WaitHub {
     if (!wakes) this.#watchers.set(w.key, (wakes = new Set()));
     wakes.add(wake);
     try {
-      // Wake-ups came up (or back) between the claim and now: one may have been missed.
-      woken = this.#live && w.mark !== this.#generation;
+      // Between the claim and now, wake-ups came up (or back), or this key's came already.
+      woken = this.#missed(w.key, w.mark);
       let pollMs = POLL_MIN_MS;
       let safetyMs = SAFETY_POLL_MS;
       let leaseUntil = w.leaseUntil;

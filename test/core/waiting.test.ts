@@ -28,7 +28,7 @@ interface Counted {
 }
 
 /** A real memory store over `map`, counting calls; with `bus`, it also has `subscribe`. */
-function counted(map: Map<string, IdempotencyRecord>, bus?: Set<SettleListener>): Counted {
+function counted(map: Map<string, IdempotencyRecord>, bus?: Set<SettleListener>, claimAnswerDelayMs = 0): Counted {
   const inner = memoryStore({ map, sweepIntervalMs: 0, warnInProduction: false });
   const result: Counted = { store: undefined as unknown as IdempotencyStore, calls: {}, maxGetsInFlight: 0 };
   let getsInFlight = 0;
@@ -36,7 +36,13 @@ function counted(map: Map<string, IdempotencyRecord>, bus?: Set<SettleListener>)
   const publish = (key: string) => bus && queueMicrotask(() => bus.forEach((l) => l.settled(key)));
   result.store = {
     name: 'counted-memory',
-    claim: (...a) => (count('claim'), inner.claim(...a)),
+    async claim(...a) {
+      count('claim');
+      const result = await inner.claim(...a);
+      // The answer travels back while the store moves on (another process may settle the key).
+      if (claimAnswerDelayMs > 0) await new Promise((r) => setTimeout(r, claimAnswerDelayMs));
+      return result;
+    },
     async get(key) {
       count('get');
       getsInFlight++;
@@ -177,6 +183,27 @@ describe('waiting across processes (two store objects over one shared map)', () 
     expect(result.type).toBe('replay');
     expect(Date.now() - completedAt).toBeLessThanOrEqual(1);
     expect(there.calls).toEqual({ claim: 1, get: 1 });
+  });
+
+  it('H8: a wake-up that arrives before the claim\'s answer is not missed', async () => {
+    const map = new Map<string, IdempotencyRecord>();
+    const bus = new Set<SettleListener>();
+    const here = counted(map, bus);
+    const there = counted(map, bus, 5);
+    const e = engine(there.store, { wait: 10_000 });
+    // Warm the subscription up.
+    const warm = await engine(here.store).acquire('warm', undefined, 'fp');
+    const warmWaiter = e.acquire('warm', undefined, 'fp');
+    await vi.advanceTimersByTimeAsync(50);
+    if (warm.type === 'execute') await warm.lease.complete(response());
+    await vi.advanceTimersByTimeAsync(5);
+    await warmWaiter;
+
+    const owner = await engine(here.store).acquire('k', undefined, 'fp');
+    const waiter = e.acquire('k', undefined, 'fp'); // its claim ran; its answer takes 5 ms
+    if (owner.type === 'execute') await owner.lease.complete(response()); // published meanwhile
+    await vi.advanceTimersByTimeAsync(10);
+    expect((await waiter).type).toBe('replay');
   });
 
   it('H8: the subscription going down switches waiters to polling; coming back makes each look once', async () => {
