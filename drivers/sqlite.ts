@@ -231,6 +231,11 @@ WHERE ${OWNED} RETURNING 1 AS n`;
     name: 'sqlite',
     async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
       const k = hash(key);
+      // A key already live is answered by a read, which WAL runs beside the writer: losers
+      // (duplicates) never queue for the write lock that owners need for their completions.
+      // The read is a committed snapshot, so the answer is as atomic as the upsert's (S1).
+      const [live] = await exec(GET, [k, Date.now()]);
+      if (live) return { claimed: false, record: toRecord(live) };
       for (let attempt = 0; attempt < 5; attempt++) {
         const now = Date.now();
         const [row] = await exec(CLAIM, [k, request.fingerprint, request.token, request.createdAt, now + leaseMs, now]);

@@ -8,7 +8,7 @@
  * and dozens of 503s on PostgreSQL.
  *
  * Knobs: WAIT_STORM_ROUNDS (default 1) storms per store, WAIT_STORM_LOAD (default 2) load
- * processes.
+ * processes, WAIT_STORM_DEBUG=1 prints the timeline of the first 409s.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
