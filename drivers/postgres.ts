@@ -13,6 +13,7 @@ import { createRequire } from 'node:module';
 import type { Keyv } from 'keyv';
 import type KeyvPostgres from '@keyv/postgres';
 import {
+  decodeRecord,
   recordFromRow,
   type ClaimRequest,
   type ClaimResult,
@@ -301,14 +302,21 @@ WHERE key = $1 AND expires_at > ${NOW} AND NOT EXISTS (SELECT 1 FROM claimed)`;
   // Completes and releases that took effect notify waiters in other processes in the same
   // statement (delivered on commit): channel per table, payload the storage key (hashed).
   const channel = `idempotency_kit_${createHash('sha1').update(table).digest('hex').slice(0, 16)}`;
+  // The notification carries the completed record when it fits a payload (waiters then
+  // need no read), the key alone otherwise; encodeRecord()'s JSON shape.
   const COMPLETE = `WITH done AS (
   UPDATE ${quoted}
   SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
-  WHERE ${OWNED} RETURNING 1 AS n
+  WHERE ${OWNED} RETURNING fingerprint, token, created_at, expires_at
+), wake AS (
+  SELECT json_build_object('k', $7::text, 'r', json_build_object(
+    's', 'c', 'f', fingerprint, 't', token, 'c', created_at, 'e', expires_at,
+    'r', json_build_object('s', $4::integer, 'h', $5::jsonb, 'b', translate(encode($6::bytea, 'base64'), E'\\n', ''))
+  ))::text AS payload FROM done
 )
-SELECT n, pg_notify('${channel}', $7::text) FROM done`;
+SELECT 1 AS n, pg_notify('${channel}', CASE WHEN octet_length(payload) <= 7900 THEN payload ELSE json_build_object('k', $7::text)::text END) FROM wake`;
   const RELEASE = `WITH done AS (DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n)
-SELECT n, pg_notify('${channel}', $3::text) FROM done`;
+SELECT n, pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) FROM done`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint WHERE ${OWNED} RETURNING 1 AS n`;
   // SKIP LOCKED: sweeps on several hosts never wait on each other or on a claim; the
   // outer condition re-checks each row, so a row taken over meanwhile is kept (S3).
@@ -387,9 +395,28 @@ function notifyPayload(key: string): string {
   return encoded.length <= 7000 ? encoded : '';
 }
 
-function keyOfPayload(payload: string | undefined): string | undefined {
+function keyOfPayload(payload: string): string | undefined {
   if (!payload) return undefined;
   return payload.startsWith('~') ? Buffer.from(payload.slice(1), 'base64url').toString('utf8') : payload;
+}
+
+/** A notification: `{"k": key payload, "r"?: record JSON | null}`; undefined when unreadable. */
+function parseWake(payload: string | undefined): { key: string; record: IdempotencyRecord | null | undefined } | undefined {
+  let parsed: { k?: unknown; r?: unknown };
+  try {
+    parsed = JSON.parse(payload ?? '') as { k?: unknown; r?: unknown };
+  } catch {
+    return undefined;
+  }
+  const key = typeof parsed.k === 'string' ? keyOfPayload(parsed.k) : undefined;
+  if (key === undefined) return undefined;
+  const { r } = parsed;
+  if (r === null || r === undefined) return { key, record: r };
+  try {
+    return { key, record: decodeRecord(JSON.stringify(r)) };
+  } catch {
+    return { key, record: undefined }; // the waiter reads it
+  }
 }
 
 /**
@@ -450,9 +477,8 @@ function listenFeed(
     client.on('error', drop);
     client.on('end', drop);
     client.on('notification', (message) => {
-      const key = message.channel === channel ? keyOfPayload(message.payload) : undefined;
-      if (key === undefined) return;
-      for (const listener of listeners) listener.settled(key);
+      const wake = message.channel === channel ? parseWake(message.payload) : undefined;
+      if (wake) for (const listener of listeners) listener.settled(wake.key, wake.record);
     });
     void (async () => {
       try {

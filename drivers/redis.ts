@@ -89,6 +89,9 @@ class Script {
   }
 }
 
+/** Completed records up to this size travel with their wake-up message. */
+const WAKE_RECORD_MAX_BYTES = 8192;
+
 // Every script reads and writes KEYS[1] only, so it runs on any Cluster node owning the slot.
 // Record values are the JSON of encodeRecord() (src/store.ts); the scripts read `s`
 // (state) and `t` (token) and rebuild the JSON by concatenation, so numbers and the
@@ -110,18 +113,26 @@ local record = cjson.decode(current)
 if record.s ~= 'p' or record.t ~= ARGV[1] then return 0 end
 `;
 
-/** ARGV: token, response JSON, expiresAt, ttlMs, wake-up channel, storage key. */
+/**
+ * ARGV: token, response JSON, expiresAt, ttlMs, wake-up channel, storage key.
+ * The wake-up carries the completed record when it is small (waiters then need no read).
+ */
 const COMPLETE = new Script(`${OWNED}
-redis.call('SET', KEYS[1], '{"s":"c","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
-  .. ',"c":' .. string.format('%.0f', record.c) .. ',"e":' .. ARGV[3] .. ',"r":' .. ARGV[2] .. '}', 'PX', ARGV[4])
-redis.call('PUBLISH', ARGV[5], ARGV[6])
+local value = '{"s":"c","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
+  .. ',"c":' .. string.format('%.0f', record.c) .. ',"e":' .. ARGV[3] .. ',"r":' .. ARGV[2] .. '}'
+redis.call('SET', KEYS[1], value, 'PX', ARGV[4])
+if #value <= ${WAKE_RECORD_MAX_BYTES} then
+  redis.call('PUBLISH', ARGV[5], '{"k":' .. cjson.encode(ARGV[6]) .. ',"r":' .. value .. '}')
+else
+  redis.call('PUBLISH', ARGV[5], '{"k":' .. cjson.encode(ARGV[6]) .. '}')
+end
 return 1
 `);
 
 /** ARGV: token, wake-up channel, storage key. */
 const RELEASE = new Script(`${OWNED}
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+redis.call('PUBLISH', ARGV[2], '{"k":' .. cjson.encode(ARGV[3]) .. ',"r":null}')
 return 1
 `);
 
@@ -351,6 +362,24 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   };
 }
 
+/** A wake-up message: `{"k": key, "r"?: record JSON | null}`; undefined when unreadable. */
+function parseWake(message: string): { key: string; record: IdempotencyRecord | null | undefined } | undefined {
+  let parsed: { k?: unknown; r?: unknown };
+  try {
+    parsed = JSON.parse(message) as { k?: unknown; r?: unknown };
+  } catch {
+    return undefined;
+  }
+  const { k, r } = parsed;
+  if (typeof k !== 'string') return undefined;
+  if (r === null || r === undefined) return { key: k, record: r };
+  try {
+    return { key: k, record: decodeRecord(JSON.stringify(r)) };
+  } catch {
+    return { key: k, record: undefined }; // the waiter reads it
+  }
+}
+
 /**
  * Wake-ups for waiting duplicates: ONE subscriber connection per store (a duplicate of the
  * store's client, so plain, sentinel and cluster clients all work), opened on the first
@@ -425,7 +454,8 @@ function settleFeed(
         await withTimeout(sub.connect(), timeoutMs, timedOut('subscriber connect', timeoutMs));
         await withTimeout(
           sub.subscribe(channel, (message) => {
-            for (const listener of listeners) listener.settled(message);
+            const wake = parseWake(message);
+            if (wake) for (const listener of listeners) listener.settled(wake.key, wake.record);
           }),
           timeoutMs,
           timedOut('SUBSCRIBE', timeoutMs),

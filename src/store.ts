@@ -95,8 +95,12 @@ export interface IdempotencyStore {
 
 /** What {@link IdempotencyStore.subscribe} reports. */
 export interface SettleListener {
-  /** A record was completed or released; `key` as the store's methods receive it. */
-  settled(key: string): void;
+  /**
+   * A record was completed or released; `key` as the store's methods receive it. A store
+   * that can send the outcome along cheaply passes `record`: the completed record, or
+   * `null` for a release; waiters then need no read. `undefined`: the waiter reads it.
+   */
+  settled(key: string, record?: IdempotencyRecord | null): void;
   /** From now on every settle is reported (called again after each reconnect). */
   ready(): void;
   /** Delivery stopped: settles may go unreported until the next `ready()`. */

@@ -111,7 +111,7 @@ export interface SettleWait {
 export class WaitHub {
   readonly flights = new Map<string, Flight>();
   readonly #store: IdempotencyStore;
-  readonly #watchers = new Map<string, Set<() => void>>();
+  readonly #watchers = new Map<string, Set<(record?: IdempotencyRecord | null) => void>>();
   #subscribed = false;
   #live = false;
   /** Counts wake-ups and (re)connections: the order of events, for marks. */
@@ -151,12 +151,12 @@ export class WaitHub {
     if (this.#subscribed || typeof this.#store.subscribe !== 'function') return;
     this.#subscribed = true;
     const listener: SettleListener = {
-      settled: (key) => {
+      settled: (key, record) => {
         this.#recent.delete(key);
         this.#recent.set(key, ++this.#seq);
         if (this.#recent.size > RECENT_SETTLES) this.#recent.delete(this.#recent.keys().next().value!);
         const wakes = this.#watchers.get(key);
-        if (wakes) for (const wake of wakes) wake();
+        if (wakes) for (const wake of wakes) wake(record);
       },
       ready: () => {
         this.#live = true;
@@ -201,9 +201,12 @@ export class WaitHub {
   async waitForSettle(w: SettleWait): Promise<IdempotencyRecord | undefined | typeof TIMED_OUT> {
     this.#subscribe();
     let woken = false;
+    // What the wake-up brought: the settled record (null: released), or undefined (read it).
+    let delivered: IdempotencyRecord | null | undefined;
     let signal: (() => void) | undefined;
-    const wake = () => {
+    const wake = (record?: IdempotencyRecord | null) => {
       woken = true;
+      delivered = record;
       signal?.();
     };
     const sleep = (ms: number) =>
@@ -250,7 +253,11 @@ export class WaitHub {
           await sleep(Math.min(delay, remaining));
         }
         woken = false;
-        const found = await this.read(w.read);
+        const brought = delivered;
+        delivered = undefined;
+        // A record sent with the wake-up spares the read; a stale one (an earlier claim's)
+        // is judged like any record by the caller, and at worst costs a claim.
+        const found = brought === null ? undefined : brought !== undefined ? brought : await this.read(w.read);
         if (found?.state !== 'processing' || found.fingerprint !== w.fingerprint) return found;
         leaseUntil = found.leaseUntil;
         if (w.now() >= w.deadline) return TIMED_OUT;

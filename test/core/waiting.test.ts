@@ -28,12 +28,13 @@ interface Counted {
 }
 
 /** A real memory store over `map`, counting calls; with `bus`, it also has `subscribe`. */
-function counted(map: Map<string, IdempotencyRecord>, bus?: Set<SettleListener>, claimAnswerDelayMs = 0): Counted {
+function counted(map: Map<string, IdempotencyRecord>, bus?: Set<SettleListener>, claimAnswerDelayMs = 0, sendRecords = false): Counted {
   const inner = memoryStore({ map, sweepIntervalMs: 0, warnInProduction: false });
   const result: Counted = { store: undefined as unknown as IdempotencyStore, calls: {}, maxGetsInFlight: 0 };
   let getsInFlight = 0;
   const count = (op: string) => (result.calls[op] = (result.calls[op] ?? 0) + 1);
-  const publish = (key: string) => bus && queueMicrotask(() => bus.forEach((l) => l.settled(key)));
+  const publish = (key: string, record?: IdempotencyRecord | null) =>
+    bus && queueMicrotask(() => bus.forEach((l) => l.settled(key, sendRecords ? record : undefined)));
   result.store = {
     name: 'counted-memory',
     async claim(...a) {
@@ -54,13 +55,13 @@ function counted(map: Map<string, IdempotencyRecord>, bus?: Set<SettleListener>,
     async complete(key, ...a) {
       count('complete');
       const ok = await inner.complete(key, ...a);
-      if (ok) publish(key);
+      if (ok) publish(key, await inner.get(key));
       return ok;
     },
     async release(key, token) {
       count('release');
       const ok = await inner.release(key, token);
-      if (ok) publish(key);
+      if (ok) publish(key, null);
       return ok;
     },
     extend: (...a) => (count('extend'), inner.extend(...a)),
@@ -183,6 +184,38 @@ describe('waiting across processes (two store objects over one shared map)', () 
     expect(result.type).toBe('replay');
     expect(Date.now() - completedAt).toBeLessThanOrEqual(1);
     expect(there.calls).toEqual({ claim: 1, get: 1 });
+  });
+
+  it('H8: a wake-up that brings the record spares the read: one store operation per waiting duplicate', async () => {
+    const map = new Map<string, IdempotencyRecord>();
+    const bus = new Set<SettleListener>();
+    const here = counted(map, bus, 0, true);
+    const there = counted(map, bus, 0, true);
+    const e = engine(there.store, { wait: 10_000 });
+    const warm = await engine(here.store).acquire('warm', undefined, 'fp');
+    const warmWaiter = e.acquire('warm', undefined, 'fp');
+    await vi.advanceTimersByTimeAsync(50);
+    if (warm.type === 'execute') await warm.lease.complete(response());
+    await vi.advanceTimersByTimeAsync(5);
+    await warmWaiter;
+    there.calls = {};
+
+    const owner = await engine(here.store).acquire('k', undefined, 'fp');
+    const waiters = [e.acquire('k', undefined, 'fp'), e.acquire('k', undefined, 'fp')];
+    await vi.advanceTimersByTimeAsync(1000);
+    if (owner.type === 'execute') await owner.lease.complete(response());
+    expect((await Promise.all(waiters)).map((r) => r.type)).toEqual(['replay', 'replay']);
+    expect(there.calls).toEqual({ claim: 1 }); // one claim for both: they share it in process
+
+    // A release brings `null`: the waiter claims at once, without reading.
+    const second = await engine(here.store).acquire('k2', undefined, 'fp');
+    there.calls = {};
+    const retry = e.acquire('k2', undefined, 'fp');
+    await vi.advanceTimersByTimeAsync(100);
+    if (second.type === 'execute') await second.lease.release();
+    await vi.advanceTimersByTimeAsync(0);
+    expect((await retry).type).toBe('execute');
+    expect(there.calls).toEqual({ claim: 2 });
   });
 
   it('H8: a wake-up that arrives before the claim\'s answer is not missed', async () => {

@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { IdempotencyStore, StoredResponse } from '../../src/store.js';
+import type { IdempotencyRecord, IdempotencyStore, StoredResponse } from '../../src/store.js';
 
 export interface ContractTarget {
   /** A fresh store on a working backend. */
@@ -211,6 +211,7 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
     let writer: IdempotencyStore;
     let reader: IdempotencyStore;
     const seen: string[] = [];
+    const brought = new Map<string, IdempotencyRecord | null | undefined>();
     let arrived: (() => void) | undefined;
     let readyCount = 0;
     let stop: (() => void) | undefined;
@@ -234,8 +235,9 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error('subscription not ready within 5 s')), 5000);
         stop = reader.subscribe!({
-          settled: (k) => {
+          settled: (k, record) => {
             seen.push(k);
+            brought.set(k, record);
             arrived?.();
           },
           ready: () => {
@@ -259,6 +261,21 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
       expect(await writer.complete(k, 't1', response(), 60_000)).toBe(true);
       await reported(k);
       expect(readyCount).toBe(1);
+      // A record sent along must be exactly the stored one (waiters replay it unread).
+      const record = brought.get(k);
+      if (record !== undefined) expect(record).toEqual(await reader.get(k));
+    });
+
+    it('H8: a completed record sent along is exact: no body, empty body, large body', async () => {
+      for (const [i, body] of [null, new Uint8Array(), new Uint8Array(Buffer.alloc(3000, 7))].entries()) {
+        const k = key();
+        await writer.claim(k, claimOf(`t${i}`), 5000);
+        const stored = { status: 200 + i, headers: { 'content-type': 'application/json', link: ['<a>', '<b>'] }, body };
+        expect(await writer.complete(k, `t${i}`, stored, 60_000)).toBe(true);
+        await reported(k);
+        const record = brought.get(k);
+        if (record !== undefined) expect(record).toEqual(await reader.get(k));
+      }
     });
 
     it('H8: a release that took effect wakes it too', async () => {
@@ -266,6 +283,7 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
       await writer.claim(k, claimOf('t1'), 5000);
       expect(await writer.release(k, 't1')).toBe(true);
       await reported(k);
+      expect([null, undefined]).toContain(brought.get(k));
     });
 
     it('S7: any key text comes back exactly as given', async () => {
