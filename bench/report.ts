@@ -291,7 +291,7 @@ export function renderMarkdown(results: BenchResults): string {
     out.push('### Waiting duplicates (two processes on one store)');
     out.push('');
     out.push(
-      'One request per key on process A, then while its handler runs one duplicate on process B and one on A. Store operations are store method calls (each about one round trip); delay is from A\'s first answer (sent once the record is stored) to B\'s duplicate answer. Redis and PostgreSQL wake B up; SQLite has no wake-ups, so B polls.',
+      'One request per key on process A, then while its handler runs one duplicate on process B and one on A. Store operations are store method calls (each about one round trip); delay is from A\'s first answer (sent once the record is stored) to B\'s duplicate answer (negative when B answers first). Redis and PostgreSQL wake B up with the record; SQLite has no wake-ups, so B polls.',
     );
     out.push('');
     out.push(table(['store', 'handler ms', 'keys', 'ops per duplicate in B', 'B ops by kind', 'ops per duplicate in A', 'delay p50 ms', 'delay p95 ms'],
