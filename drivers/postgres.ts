@@ -337,10 +337,8 @@ SELECT count(*)::int AS n FROM swept`;
   const sweeper = startSweeper(sweepIntervalMs, sweep);
   const feed = listenConfig ? listenFeed(listenConfig, channel, timeoutMs) : undefined;
   // Owners' completes, releases and renewals never queue behind a crowd of claims and
-  // reads (a duplicate storm): they go first, and claims and reads leave one connection free.
-  const gate = options.url !== undefined ? priorityGate(poolSize) : undefined;
-  const lookups = <T>(run: () => Promise<T>): Promise<T> => (gate ? gate(false, run) : run());
-  const settles = <T>(run: () => Promise<T>): Promise<T> => (gate ? gate(true, run) : run());
+  // reads (a duplicate storm): those use at most poolSize - 2 of the pool's connections.
+  const lookups = options.url !== undefined ? limiter(Math.max(1, poolSize - 2)) : <T>(run: () => Promise<T>) => run();
 
   return {
     name: 'postgres',
@@ -365,18 +363,18 @@ SELECT count(*)::int AS n FROM swept`;
     },
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
       const body = response.body === null ? null : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength);
-      const rows = await settles(() => exec(
+      const rows = await exec(
         COMPLETE,
         [hash(key), token, ttlMs, response.status, JSON.stringify(response.headers), body, notifyPayload(key)],
         statement('complete'),
-      ));
+      );
       return rows.length === 1;
     },
     async release(key: string, token: string) {
-      return (await settles(() => exec(RELEASE, [hash(key), token, notifyPayload(key)], statement('release')))).length === 1;
+      return (await exec(RELEASE, [hash(key), token, notifyPayload(key)], statement('release'))).length === 1;
     },
     async extend(key: string, token: string, leaseMs: number) {
-      return (await settles(() => exec(EXTEND, [hash(key), token, leaseMs], statement('extend')))).length === 1;
+      return (await exec(EXTEND, [hash(key), token, leaseMs], statement('extend'))).length === 1;
     },
     ...(feed ? { subscribe: feed.subscribe } : {}),
     async close() {
@@ -519,38 +517,19 @@ function listenFeed(
   };
 }
 
-/**
- * At most `size` calls at once (the pool's size). Urgent ones (an owner settling its
- * record) go before every waiting lookup, and lookups leave one connection to them.
- */
-function priorityGate(size: number): <T>(urgent: boolean, run: () => Promise<T>) => Promise<T> {
-  const lookupMax = Math.max(1, size - 1);
+/** Run at most `max` of the given calls at once, the others in arrival order. */
+function limiter(max: number): <T>(run: () => Promise<T>) => Promise<T> {
   let running = 0;
-  let lookupsRunning = 0;
-  const urgentQueue: (() => void)[] = [];
-  const lookupQueue: (() => void)[] = [];
-  const pump = () => {
-    while (running < size) {
-      const next = urgentQueue.shift() ?? (lookupsRunning < lookupMax ? lookupQueue.shift() : undefined);
-      if (!next) return;
-      next();
-    }
-  };
-  return async (urgent, run) => {
-    await new Promise<void>((resolve) => {
-      (urgent ? urgentQueue : lookupQueue).push(() => {
-        running++;
-        if (!urgent) lookupsRunning++;
-        resolve();
-      });
-      pump();
-    });
+  const queue: (() => void)[] = [];
+  return async (run) => {
+    if (running >= max) await new Promise<void>((resolve) => queue.push(resolve));
+    else running++;
     try {
       return await run();
     } finally {
-      running--;
-      if (!urgent) lookupsRunning--;
-      pump();
+      const next = queue.shift();
+      if (next) next(); // the slot passes to the next call
+      else running--;
     }
   };
 }
