@@ -336,9 +336,6 @@ SELECT count(*)::int AS n FROM swept`;
   };
   const sweeper = startSweeper(sweepIntervalMs, sweep);
   const feed = listenConfig ? listenFeed(listenConfig, channel, timeoutMs) : undefined;
-  // Owners' completes, releases and renewals never queue behind a crowd of claims and
-  // reads (a duplicate storm): those use at most poolSize - 2 of the pool's connections.
-  const lookups = options.url !== undefined ? limiter(Math.max(1, poolSize - 2)) : <T>(run: () => Promise<T>) => run();
 
   return {
     name: 'postgres',
@@ -347,18 +344,18 @@ SELECT count(*)::int AS n FROM swept`;
       // A loser whose conflicting row was committed after this statement's snapshot sees
       // no row in the same round trip; it reads again, and claims again if the row went.
       for (let attempt = 0; attempt < 5; attempt++) {
-        const [row] = await lookups(() => exec(CLAIM, [k, request.fingerprint, request.token, request.createdAt, leaseMs], statement('claim')));
+        const [row] = await exec(CLAIM, [k, request.fingerprint, request.token, request.createdAt, leaseMs], statement('claim'));
         if (row) {
           const record = toRecord(row);
           return row.claimed ? { claimed: true, record: record as ProcessingRecord } : { claimed: false, record };
         }
-        const [current] = await lookups(() => exec(GET, [k], statement('get')));
+        const [current] = await exec(GET, [k], statement('get'));
         if (current) return { claimed: false, record: toRecord(current) };
       }
       throw new Error('idempotency-kit: PostgreSQL claim did not settle after 5 attempts (the key is churning)');
     },
     async get(key: string) {
-      const [row] = await lookups(() => exec(GET, [hash(key)], statement('get')));
+      const [row] = await exec(GET, [hash(key)], statement('get'));
       return row ? toRecord(row) : undefined;
     },
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
@@ -514,22 +511,5 @@ function listenFeed(
       connection = undefined;
       await client?.end().catch(() => undefined);
     },
-  };
-}
-
-/** Run at most `max` of the given calls at once, the others in arrival order. */
-function limiter(max: number): <T>(run: () => Promise<T>) => Promise<T> {
-  let running = 0;
-  const queue: (() => void)[] = [];
-  return async (run) => {
-    if (running >= max) await new Promise<void>((resolve) => queue.push(resolve));
-    else running++;
-    try {
-      return await run();
-    } finally {
-      const next = queue.shift();
-      if (next) next(); // the slot passes to the next call
-      else running--;
-    }
   };
 }
