@@ -23,24 +23,30 @@ export interface WaitingRow {
   /** Owner's answer -> the other process's duplicate's answer, ms. */
   delayP50: number;
   delayP95: number;
-  /** Answers other than the expected 201 / replay. */
+  /** Keys with an answer other than 201 (a 409 or 5xx): a problem. */
   bad: number;
+  /** Keys whose duplicates came too late or too early to wait (not counted in the figures). */
+  unordered: number;
 }
 
 interface Answer {
   status: number;
   replayed: boolean;
   at: number;
+  /** From sending to the answer. */
+  waitedMs: number;
 }
 
 async function post(url: string, key: string, delayMs: number): Promise<Answer> {
+  const sent = performance.now();
   const res = await fetch(`${url}/orders`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-delay-ms': String(delayMs) },
     body: ORDER_BODY,
   });
   await res.arrayBuffer();
-  return { status: res.status, replayed: res.headers.get('idempotent-replayed') === 'true', at: performance.now() };
+  const at = performance.now();
+  return { status: res.status, replayed: res.headers.get('idempotent-replayed') === 'true', at, waitedMs: at - sent };
 }
 
 const opsOf = async (server: ServerHandle) => ((await server.stats()) as unknown as { storeOps?: Record<string, number> }).storeOps ?? {};
@@ -78,6 +84,7 @@ export async function measureWaiting(o: {
       const before = { owner: await opsOf(owner), other: await opsOf(other) };
       const delays: number[] = [];
       let bad = 0;
+      let unordered = 0;
       for (let done = 0; done < o.keys; done += o.batch) {
         const n = Math.min(o.batch, o.keys - done);
         await Promise.all(
@@ -87,7 +94,8 @@ export async function measureWaiting(o: {
             // The duplicates go once the owner's handler runs (it claimed the key).
             while ((await owner.stats(key)).keyedExecutions === 0) await sleep(2);
             const [a, cross, local] = await Promise.all([first, post(other.url, key, 0), post(owner.url, key, 0)]);
-            if (a.status !== 201 || a.replayed || cross.status !== 201 || !cross.replayed || local.status !== 201 || !local.replayed) bad++;
+            if (a.status !== 201 || cross.status !== 201 || local.status !== 201) bad++;
+            else if (a.replayed || !cross.replayed || !local.replayed || cross.waitedMs < handlerMs / 4) unordered++;
             else delays.push(cross.at - a.at);
           }),
         );
@@ -115,6 +123,7 @@ export async function measureWaiting(o: {
         delayP50: percentile(delays, 50),
         delayP95: percentile(delays, 95),
         bad,
+        unordered,
       };
       rows.push(row);
       o.log(
@@ -122,7 +131,7 @@ export async function measureWaiting(o: {
           row.crossBreakdown,
         )
           .map(([k, v]) => `${k} ${v.toFixed(2)}`)
-          .join(', ')}), ${row.opsPerLocalDuplicate.toFixed(2)} (owner's process); owner answer -> duplicate answer p50 ${row.delayP50.toFixed(1)} ms, p95 ${row.delayP95.toFixed(1)} ms${bad ? `; ${bad} keys answered unexpectedly` : ''}`,
+          .join(', ')}), ${row.opsPerLocalDuplicate.toFixed(2)} (owner's process); owner answer -> duplicate answer p50 ${row.delayP50.toFixed(1)} ms, p95 ${row.delayP95.toFixed(1)} ms${bad ? `; ${bad} keys answered 409 or 5xx` : ''}${unordered ? `; ${unordered} keys' duplicates did not wait (sent late), left out of the delay` : ''}`,
       );
     }
   } finally {
