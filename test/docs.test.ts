@@ -14,19 +14,21 @@ import { send } from './adapters/client.js';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
+/** Pages whose ```js blocks are complete programs, run as pasted. */
+const RUNNABLE_PAGES = ['README.md', 'docs/writing-an-adapter.md'];
 // Under node_modules so that git never sees it; inside the project so that imports resolve.
 const dir = join(root, 'node_modules', '.cache', `idempotency-readme-${randomUUID().slice(0, 8)}`);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-/** Every ```js / ```ts block with the heading it sits under. */
-function snippets(): Array<{ heading: string; code: string }> {
+/** Every ```js block of a page with the heading it sits under (```ts blocks are fragments). */
+function snippets(page: string): Array<{ heading: string; code: string }> {
   const found: Array<{ heading: string; code: string }> = [];
   let heading = '';
-  const lines = readme.split('\n');
+  const lines = readFileSync(join(root, page), 'utf8').split('\n');
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i]!;
     if (line.startsWith('#')) heading = line.replace(/^#+\s*/, '');
-    const open = /^```(js|ts|mjs)\s*$/.exec(line);
+    const open = /^```(js|mjs)\s*$/.exec(line);
     if (!open) continue;
     const body: string[] = [];
     for (i++; i < lines.length && !lines[i]!.startsWith('```'); i++) body.push(lines[i]!);
@@ -81,13 +83,17 @@ describe('README', () => {
     expect(readme).toMatch(/ES modules/);
   });
 
-  const blocks = snippets();
-  it('has runnable snippets', () => expect(blocks.length).toBeGreaterThanOrEqual(2));
+  it('has runnable snippets, and no ts fragment in the README', () => {
+    expect(snippets('README.md').length).toBeGreaterThanOrEqual(2);
+    expect(readme).not.toMatch(/^```ts/m);
+  });
+});
 
-  blocks.forEach(({ heading, code }, n) => {
-    it(`snippet ${n + 1} (under "${heading}") runs as pasted`, async () => {
+describe.each(RUNNABLE_PAGES)('%s: every js snippet runs as pasted', (page) => {
+  snippets(page).forEach(({ heading, code }, n) => {
+    it(`snippet ${n + 1} (under "${heading}")`, async () => {
       mkdirSync(dir, { recursive: true });
-      const cwd = join(dir, `snippet-${n + 1}`);
+      const cwd = join(dir, `${page.replace(/\W/g, '-')}-${n + 1}`);
       mkdirSync(cwd, { recursive: true });
       const file = join(cwd, 'snippet.mjs');
       writeFileSync(file, runnable(code));
