@@ -79,6 +79,8 @@ export function idempotentGot<T extends Got>(got: T, options: RetryPolicyOptions
     policy.onAttempt?.({ ...event, key: call.key, elapsedMs: policy.now() - call.started });
 
   return got.extend({
+    // One attempt's limit; got's TimeoutError is then retried like a network error.
+    timeout: { request: policy.timeoutMs },
     retry: {
       // The policy decides; got's limit and methods only have to let it.
       limit: policy.maxAttempts - 1,
