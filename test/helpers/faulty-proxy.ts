@@ -78,8 +78,10 @@ function completeResponseLength(data: Buffer): number | undefined {
   return undefined;
 }
 
-export async function startFaultyProxy(target: string, plan: (index: number) => Action): Promise<FaultyProxy> {
-  const { hostname, port } = new URL(target);
+/** `target` may list several servers: connections go to them in turn (several processes on one store). */
+export async function startFaultyProxy(target: string | string[], plan: (index: number) => Action): Promise<FaultyProxy> {
+  const targets = (Array.isArray(target) ? target : [target]).map((t) => new URL(t));
+  let connections = 0;
   const log: Action[] = [];
   const sockets = new Set<net.Socket>();
 
@@ -98,6 +100,7 @@ export async function startFaultyProxy(target: string, plan: (index: number) => 
       upstream?.destroy();
     };
 
+    const { hostname, port } = targets[connections++ % targets.length]!;
     const openUpstream = () => {
       const socket = net.connect(Number(port), hostname);
       sockets.add(socket);
