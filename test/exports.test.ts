@@ -21,6 +21,9 @@ const expected: Record<string, string[]> = {
   './drivers/redis': ['redisStore'],
   './drivers/postgres': ['postgresStore'],
   './drivers/sqlite': ['sqliteStore'],
+  './client': ['createIdempotentFetch', 'IdempotentRequestError', 'isIdempotentRequestError', 'parseRetryAfter'],
+  './client/got': ['idempotentGot'],
+  './client/ky': ['idempotentKy'],
 };
 
 const node = (args: string[]) => execFileSync(process.execPath, args, { encoding: 'utf8', cwd: process.cwd() }).trim();

@@ -70,6 +70,16 @@ describe('createIdempotentFetch: exactly once through a faulty network', () => {
     expect(server.seen.filter((k) => k === key)).toHaveLength(3);
   });
 
+  it('an answer cut off halfway through its body is retried, and the call gets the whole replay', async () => {
+    const p = await proxy(scripted(['cut']));
+    const { fetch, events } = client();
+    const res = await fetch(`${p.url}/orders`, { method: 'POST', headers: json, body: JSON.stringify({ sku: 'C'.repeat(2000) }) });
+    expect(p.log).toEqual(['cut', 'pass']);
+    expect(events.map((e) => e.reason)).toEqual(['network-error', 'response']);
+    expect(await res.text()).toBe(server.firstAnswer(events[0]!.key));
+    expect(server.executions(events[0]!.key)).toBe(1);
+  });
+
   for (const seed of [7, 1234]) {
     it(`H9: 40 calls, 8 at a time, through a seeded random plan (seed ${seed}): each runs once and gets its first answer`, async () => {
       const p = await proxy(seeded(seed, { drop: 0.3, reset: 0.2 }));

@@ -4,6 +4,7 @@
  *   drop   forward the request, read the server's whole response, then reset the client's
  *          connection without sending a byte of it (the server ran; the client never knows)
  *   reset  reset the client's connection as the request arrives (the server never sees it)
+ *   cut    send the head and half of the response body, then reset (the answer breaks off)
  * The plan is scripted (a list) or seeded random, by request number (0, 1, 2, ...) in the
  * order requests reach the proxy. It reads just enough HTTP/1.1 to tell where a response
  * ends (Content-Length or chunked); clients do not pipeline, so a connection carries one
@@ -11,7 +12,7 @@
  */
 import net from 'node:net';
 
-export type Action = 'pass' | 'drop' | 'reset';
+export type Action = 'pass' | 'drop' | 'reset' | 'cut';
 
 export interface FaultyProxy {
   url: string;
@@ -113,7 +114,10 @@ export async function startFaultyProxy(target: string | string[], plan: (index: 
         const done = action;
         action = undefined;
         if (done === 'drop') reset();
-        else client.write(response);
+        else if (done === 'cut') {
+          const headEnd = response.indexOf('\r\n\r\n') + 4;
+          client.write(response.subarray(0, headEnd + Math.floor((response.length - headEnd) / 2)), reset);
+        } else client.write(response);
       });
       socket.on('end', () => {
         // A response delimited by the close: pass it whole (or drop it), then close.
