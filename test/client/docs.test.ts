@@ -9,9 +9,8 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { memoryStore } from '../../drivers/memory.js';
-import { scripted, startFaultyProxy } from '../helpers/faulty-proxy.js';
-import { startOrderServer, type OrderServer } from './server.js';
+import { scripted } from '../helpers/faulty-proxy.js';
+import { useOrderServer } from './server.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 // Under the project's node_modules, so that `got` and `ky` resolve as in a user's project.
@@ -36,17 +35,9 @@ function run(file: string, env: Record<string, string>): Promise<{ code: number 
   });
 }
 
-const store = memoryStore();
-let server: OrderServer;
-beforeAll(async () => {
-  server = await startOrderServer(store);
-  mkdirSync(dir, { recursive: true });
-});
-afterAll(async () => {
-  rmSync(dir, { recursive: true, force: true });
-  await server.close();
-  await store.close();
-});
+const bed = useOrderServer();
+beforeAll(() => mkdirSync(dir, { recursive: true }));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 describe('docs/client.md: the examples run as written', () => {
   it('the page has the fetch, got and ky examples', () => {
@@ -60,22 +51,19 @@ describe('docs/client.md: the examples run as written', () => {
 
   blocks.forEach((code, i) => {
     it(`example ${i + 1}: the first answer is lost, the retry gets it, the order runs once`, async () => {
-      const proxy = await startFaultyProxy(server.url, scripted(['drop']));
-      try {
-        const file = join(dir, `example-${i}.mts`);
-        writeFileSync(file, fromSources(code));
-        const before = server.totalExecutions();
-        const { code: exit, output } = await run(file, { API_URL: proxy.url });
-        expect(exit, output).toBe(0);
-        expect(proxy.log).toEqual(['drop', 'pass']);
-        expect(server.totalExecutions() - before).toBe(1);
-        // The program printed the order the server made (its answer, replayed).
-        const order = /\{"id":\d+,"key":"[^"]+","sku":"A1"\}/.exec(output)?.[0];
-        expect(order, output).toBeDefined();
-        expect(server.firstAnswer((JSON.parse(order!) as { key: string }).key)).toBe(order);
-      } finally {
-        await proxy.close();
-      }
+      const { server } = bed;
+      const proxy = await bed.proxy(scripted(['drop']));
+      const file = join(dir, `example-${i}.mts`);
+      writeFileSync(file, fromSources(code));
+      const before = server.totalExecutions();
+      const { code: exit, output } = await run(file, { API_URL: proxy.url });
+      expect(exit, output).toBe(0);
+      expect(proxy.log).toEqual(['drop', 'pass']);
+      expect(server.totalExecutions() - before).toBe(1);
+      // The program printed the order the server made (its answer, replayed).
+      const order = /\{"id":\d+,"key":"[^"]+","sku":"A1"\}/.exec(output)?.[0];
+      expect(order, output).toBeDefined();
+      expect(server.firstAnswer((JSON.parse(order!) as { key: string }).key)).toBe(order);
     });
   });
 });

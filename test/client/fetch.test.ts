@@ -4,12 +4,10 @@
  * execution, the first execution's answer, and the right retries for each kind of answer.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createIdempotentFetch, isIdempotentRequestError, type AttemptEvent, type IdempotentFetchOptions } from '../../client/index.js';
-import { memoryStore } from '../../drivers/memory.js';
-import type { IdempotencyStore } from '../../src/store.js';
-import { scripted, seeded, startFaultyProxy, type Action, type FaultyProxy } from '../helpers/faulty-proxy.js';
-import { startOrderServer, type OrderServer } from './server.js';
+import { scripted, seeded } from '../helpers/faulty-proxy.js';
+import { expectOncePerCall, useOrderServer } from './server.js';
 
 const json = { 'content-type': 'application/json' };
 const fast = { minDelayMs: 5, maxDelayMs: 50 } satisfies IdempotentFetchOptions;
@@ -30,30 +28,11 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
   throw new Error('expected the call to reject');
 }
 
-let store: IdempotencyStore;
-let server: OrderServer;
-const proxies: FaultyProxy[] = [];
-const proxy = async (plan: (i: number) => Action) => {
-  const p = await startFaultyProxy(server.url, plan);
-  proxies.push(p);
-  return p;
-};
-
-beforeAll(async () => {
-  store = memoryStore();
-  server = await startOrderServer(store, { wait: 0 });
-});
-afterEach(async () => {
-  await Promise.all(proxies.splice(0).map((p) => p.close()));
-});
-afterAll(async () => {
-  await server.close();
-  await store.close();
-});
+const bed = useOrderServer({ wait: 0 });
 
 describe('createIdempotentFetch: exactly once through a faulty network', () => {
   it('H6 H7: dropped and reset attempts carry one key; the handler runs once and the call gets its answer', async () => {
-    const p = await proxy(scripted(['drop', 'reset', 'drop', 'pass']));
+    const p = await bed.proxy(scripted(['drop', 'reset', 'drop', 'pass']));
     const { fetch, events } = client();
     const res = await fetch(`${p.url}/orders`, { method: 'POST', headers: json, body: JSON.stringify({ sku: 'A1' }) });
     expect(res.status).toBe(201);
@@ -62,45 +41,37 @@ describe('createIdempotentFetch: exactly once through a faulty network', () => {
     const key = events[0]!.key;
     expect(new Set(events.map((e) => e.key))).toEqual(new Set([key]));
     expect(key).toMatch(/^[0-9a-f-]{36}$/);
-    expect(server.executions(key)).toBe(1);
+    expect(bed.server.executions(key)).toBe(1);
     // The dropped first answer and the replay are the same bytes.
     expect(res.headers.get('idempotent-replayed')).toBe('true');
-    expect(await res.text()).toBe(server.firstAnswer(key));
+    expect(await res.text()).toBe(bed.server.firstAnswer(key));
     // The reset request never reached the server; the three others did, all with the key.
-    expect(server.seen.filter((k) => k === key)).toHaveLength(3);
+    expect(bed.server.seen.filter((k) => k === key)).toHaveLength(3);
   });
 
   it('an answer cut off halfway through its body is retried, and the call gets the whole replay', async () => {
-    const p = await proxy(scripted(['cut']));
+    const p = await bed.proxy(scripted(['cut']));
     const { fetch, events } = client();
     const res = await fetch(`${p.url}/orders`, { method: 'POST', headers: json, body: JSON.stringify({ sku: 'C'.repeat(2000) }) });
     expect(p.log).toEqual(['cut', 'pass']);
     expect(events.map((e) => e.reason)).toEqual(['network-error', 'response']);
-    expect(await res.text()).toBe(server.firstAnswer(events[0]!.key));
-    expect(server.executions(events[0]!.key)).toBe(1);
+    expect(await res.text()).toBe(bed.server.firstAnswer(events[0]!.key));
+    expect(bed.server.executions(events[0]!.key)).toBe(1);
   });
 
   for (const seed of [7, 1234]) {
     it(`H9: 40 calls, 8 at a time, through a seeded random plan (seed ${seed}): each runs once and gets its first answer`, async () => {
-      const p = await proxy(seeded(seed, { drop: 0.3, reset: 0.2 }));
+      const p = await bed.proxy(seeded(seed, { drop: 0.3, reset: 0.2 }));
       const { fetch, events } = client({ maxAttempts: 40 });
-      const results: { key: string; status: number; body: string }[] = [];
-      let next = 0;
-      await Promise.all(
-        Array.from({ length: 8 }, async () => {
-          while (next < 40) {
-            const key = `storm-${seed}-${next++}-${randomUUID()}`;
-            const res = await fetch(`${p.url}/orders`, { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{"sku":"B"}' });
-            results.push({ key, status: res.status, body: await res.text() });
-          }
-        }),
-      );
-      expect(results).toHaveLength(40);
-      for (const r of results) {
-        expect(r.status, r.key).toBe(201);
-        expect(server.executions(r.key), r.key).toBe(1);
-        expect(r.body).toBe(server.firstAnswer(r.key));
-      }
+      await expectOncePerCall([bed.server], {
+        calls: 40,
+        concurrency: 8,
+        send: async (key) => {
+          const res = await fetch(`${p.url}/orders`, { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{"sku":"B"}' });
+          expect(res.status, key).toBe(201);
+          return res.text();
+        },
+      });
       // The plan did hurt: answers were lost after the server ran, and connections were reset.
       expect(p.log.filter((a) => a === 'drop').length).toBeGreaterThan(5);
       expect(p.log.filter((a) => a === 'reset').length).toBeGreaterThan(3);
@@ -112,18 +83,18 @@ describe('createIdempotentFetch: exactly once through a faulty network', () => {
 describe('createIdempotentFetch: which answers are retried', () => {
   it('H10: a 5xx then 2xx runs the handler twice and succeeds (retryServerErrors)', async () => {
     const { fetch, events } = client({ retryServerErrors: true });
-    const res = await fetch(`${server.url}/flaky`, { method: 'POST', headers: json, body: '{}' });
+    const res = await fetch(`${bed.server.url}/flaky`, { method: 'POST', headers: json, body: '{}' });
     expect(res.status).toBe(201);
     expect(events.map((e) => [e.reason, e.status])).toEqual([
       ['server-error', 500],
       ['response', 201],
     ]);
-    expect(server.executions(events[0]!.key)).toBe(2);
+    expect(bed.server.executions(events[0]!.key)).toBe(2);
   });
 
   it('a 500 is returned as it is without retryServerErrors', async () => {
     const { fetch, events } = client();
-    const res = await fetch(`${server.url}/flaky`, { method: 'POST', headers: json, body: '{}' });
+    const res = await fetch(`${bed.server.url}/flaky`, { method: 'POST', headers: json, body: '{}' });
     expect(res.status).toBe(500);
     expect(events).toHaveLength(1);
   });
@@ -131,51 +102,51 @@ describe('createIdempotentFetch: which answers are retried', () => {
   it('H14: a 422 (same key, other body) is returned after one attempt', async () => {
     const { fetch, events } = client();
     const key = randomUUID();
-    const first = await fetch(`${server.url}/orders`, { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{"sku":"A"}' });
+    const first = await fetch(`${bed.server.url}/orders`, { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{"sku":"A"}' });
     expect(first.status).toBe(201);
-    const reused = await fetch(`${server.url}/orders`, { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{"sku":"B"}' });
+    const reused = await fetch(`${bed.server.url}/orders`, { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{"sku":"B"}' });
     expect(reused.status).toBe(422);
     expect(((await reused.json()) as { code: string }).code).toBe('key-reused');
     expect(events.map((e) => e.attempt)).toEqual([1, 1]);
-    expect(server.executions(key)).toBe(1);
+    expect(bed.server.executions(key)).toBe(1);
   });
 
   it('a 400 (invalid key) is not retried', async () => {
     const { fetch, events } = client();
-    const res = await fetch(`${server.url}/orders`, { method: 'POST', headers: { ...json, 'idempotency-key': 'a, b' }, body: '{}' });
+    const res = await fetch(`${bed.server.url}/orders`, { method: 'POST', headers: { ...json, 'idempotency-key': 'a, b' }, body: '{}' });
     expect(res.status).toBe(400);
     expect(events).toHaveLength(1);
   });
 
   it('H8: a 409 in progress waits as Retry-After says, then gets the replay', async () => {
     const key = randomUUID();
-    const owner = fetch(`${server.url}/hold`, { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{}' });
-    await server.holding;
+    const owner = fetch(`${bed.server.url}/hold`, { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{}' });
+    await bed.server.holding;
     const { fetch: idem, events } = client({
       // Let the owner finish once the duplicate has been told to wait.
-      onAttempt: (e) => void (e.status === 409 && server.release()),
+      onAttempt: (e) => void (e.status === 409 && bed.server.release()),
     });
     const started = performance.now();
-    const res = await idem(`${server.url}/hold`, { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{}' });
+    const res = await idem(`${bed.server.url}/hold`, { method: 'POST', headers: { ...json, 'idempotency-key': key }, body: '{}' });
     const took = performance.now() - started;
     expect(res.status).toBe(201);
     expect(res.headers.get('idempotent-replayed')).toBe('true');
     expect(events[0]).toMatchObject({ reason: 'in-progress', status: 409, decision: { retry: true, delayMs: 1000 } });
     expect(took).toBeGreaterThanOrEqual(990);
     expect((await owner).status).toBe(201);
-    expect(server.executions(key)).toBe(1);
+    expect(bed.server.executions(key)).toBe(1);
   });
 
   it('429 with delay-seconds and 503 with an HTTP-date Retry-After are waited for, then retried', async () => {
     const { fetch, events } = client();
-    const rateLimited = await fetch(`${server.url}/busy-once?status=429&ra=1`, { method: 'POST', headers: json, body: '{}' });
+    const rateLimited = await fetch(`${bed.server.url}/busy-once?status=429&ra=1`, { method: 'POST', headers: json, body: '{}' });
     expect(rateLimited.status).toBe(201);
     expect(events[0]).toMatchObject({ reason: 'rate-limited', decision: { retry: true, delayMs: 1000 } });
     expect(events[1]!.elapsedMs - events[0]!.elapsedMs).toBeGreaterThanOrEqual(990);
 
     events.length = 0;
     const date = new Date(Date.now() + 2000).toUTCString();
-    const unavailable = await fetch(`${server.url}/busy-once?status=503&ra=${encodeURIComponent(date)}`, { method: 'POST', headers: json, body: '{}' });
+    const unavailable = await fetch(`${bed.server.url}/busy-once?status=503&ra=${encodeURIComponent(date)}`, { method: 'POST', headers: json, body: '{}' });
     expect(unavailable.status).toBe(201);
     expect(events[0]!.reason).toBe('unavailable');
     const wait = (events[0]!.decision as { delayMs: number }).delayMs;
@@ -187,26 +158,26 @@ describe('createIdempotentFetch: which answers are retried', () => {
 
   it('a timed-out attempt is retried with the same key and gets the first execution\'s answer', async () => {
     const { fetch, events } = client({ timeoutMs: 150 });
-    const res = await fetch(`${server.url}/slow?ms=600`, { method: 'POST', headers: json, body: '{}' });
+    const res = await fetch(`${bed.server.url}/slow?ms=600`, { method: 'POST', headers: json, body: '{}' });
     expect(res.status).toBe(201);
     expect(events[0]!.reason).toBe('timeout');
     expect(events.at(-1)!.reason).toBe('response');
-    expect(server.executions(events[0]!.key)).toBe(1);
+    expect(bed.server.executions(events[0]!.key)).toBe(1);
   });
 
   it('other methods go out once, without a key', async () => {
     const { fetch, events } = client();
-    const res = await fetch(`${server.url}/echo`);
+    const res = await fetch(`${bed.server.url}/echo`);
     expect(await res.json()).toEqual({ key: null });
     expect(events).toHaveLength(0);
   });
 
   it('the caller\'s own key and a key function are used and kept', async () => {
     const mine = client();
-    await mine.fetch(`${server.url}/orders`, { method: 'POST', headers: { ...json, 'Idempotency-Key': 'my-own-key-1' }, body: '{}' });
+    await mine.fetch(`${bed.server.url}/orders`, { method: 'POST', headers: { ...json, 'Idempotency-Key': 'my-own-key-1' }, body: '{}' });
     expect(mine.events[0]!.key).toBe('my-own-key-1');
     let made = 0;
-    const p = await proxy(scripted(['drop']));
+    const p = await bed.proxy(scripted(['drop']));
     const fn = client({ key: ({ method, url }) => `${method}-${new URL(url).pathname}-${++made}-${randomUUID()}` });
     const res = await fn.fetch(`${p.url}/orders`, { method: 'PATCH', headers: json, body: '{}' });
     expect(res.status).toBe(201);
@@ -218,7 +189,7 @@ describe('createIdempotentFetch: which answers are retried', () => {
 
 describe('createIdempotentFetch: when it gives up', () => {
   it('stops after maxAttempts with the attempts, the reason and the network error', async () => {
-    const p = await proxy(() => 'reset');
+    const p = await bed.proxy(() => 'reset');
     const { fetch } = client({ maxAttempts: 3 });
     const error = await rejection(fetch(`${p.url}/orders`, { method: 'POST', headers: json, body: '{}' }));
     expect(isIdempotentRequestError(error)).toBe(true);
@@ -230,7 +201,7 @@ describe('createIdempotentFetch: when it gives up', () => {
 
   it('stops at once when Retry-After is beyond maxTimeMs, with the last response', async () => {
     const { fetch } = client({ maxTimeMs: 2000 });
-    const error = await rejection(fetch(`${server.url}/busy?status=503&ra=5`, { method: 'POST', headers: json, body: '{}' }));
+    const error = await rejection(fetch(`${bed.server.url}/busy?status=503&ra=5`, { method: 'POST', headers: json, body: '{}' }));
     expect(error).toMatchObject({ code: 'time-exhausted', attempts: 1, reason: 'unavailable', status: 503 });
     expect(await (error as { response: Response }).response.json()).toEqual({ error: 'busy' });
   });
@@ -239,7 +210,7 @@ describe('createIdempotentFetch: when it gives up', () => {
     const controller = new AbortController();
     const { fetch, events } = client({ onAttempt: () => controller.abort(new Error('user left')) });
     const started = performance.now();
-    const error = await rejection(fetch(`${server.url}/busy?status=503&ra=5`, { method: 'POST', headers: json, body: '{}', signal: controller.signal }));
+    const error = await rejection(fetch(`${bed.server.url}/busy?status=503&ra=5`, { method: 'POST', headers: json, body: '{}', signal: controller.signal }));
     expect(performance.now() - started).toBeLessThan(2000);
     expect(error).toMatchObject({ code: 'aborted', attempts: 1, reason: 'unavailable' });
     expect(((error as Error).cause as Error).message).toBe('user left');
@@ -249,16 +220,16 @@ describe('createIdempotentFetch: when it gives up', () => {
   it('an AbortSignal stops an attempt in flight, and an aborted signal sends nothing', async () => {
     const controller = new AbortController();
     const { fetch } = client();
-    const call = fetch(`${server.url}/slow?ms=3000`, { method: 'POST', headers: json, body: '{}', signal: controller.signal });
+    const call = fetch(`${bed.server.url}/slow?ms=3000`, { method: 'POST', headers: json, body: '{}', signal: controller.signal });
     setTimeout(() => controller.abort(), 100);
     const started = performance.now();
     expect(await rejection(call)).toMatchObject({ code: 'aborted', attempts: 1 });
     expect(performance.now() - started).toBeLessThan(2000);
 
-    const seen = server.seen.length;
-    const error = await rejection(fetch(`${server.url}/orders`, { method: 'POST', body: '{}', signal: AbortSignal.abort() }));
+    const seen = bed.server.seen.length;
+    const error = await rejection(fetch(`${bed.server.url}/orders`, { method: 'POST', body: '{}', signal: AbortSignal.abort() }));
     expect(error).toMatchObject({ code: 'aborted', attempts: 0 });
-    expect(server.seen.length).toBe(seen);
+    expect(bed.server.seen.length).toBe(seen);
   });
 
   it('a one-shot stream body is sent once and never retried: body-not-replayable', async () => {
@@ -271,12 +242,12 @@ describe('createIdempotentFetch: when it gives up', () => {
       });
     const { fetch, events } = client();
     const init = (body: ReadableStream) => ({ method: 'POST', headers: json, body, duplex: 'half' }) as RequestInit;
-    const ok = await fetch(`${server.url}/orders`, init(stream('{"sku":"S"}')));
+    const ok = await fetch(`${bed.server.url}/orders`, init(stream('{"sku":"S"}')));
     expect(ok.status).toBe(201);
     expect(((await ok.json()) as { sku: string }).sku).toBe('S');
 
     events.length = 0;
-    const error = await rejection(fetch(`${server.url}/busy-once?status=503&ra=0`, init(stream('{}'))));
+    const error = await rejection(fetch(`${bed.server.url}/busy-once?status=503&ra=0`, init(stream('{}'))));
     expect(error).toMatchObject({ code: 'body-not-replayable', attempts: 1, reason: 'unavailable', status: 503 });
     expect((error as Error).message).toMatch(/one-shot stream/);
     expect(events).toHaveLength(1);
@@ -290,14 +261,14 @@ describe('createIdempotentFetch: when it gives up', () => {
       ['Blob', new Blob(['{"sku":"T"}'], { type: 'application/json' })],
     ];
     for (const [name, body] of bodies) {
-      const p = await proxy(scripted(['drop']));
+      const p = await bed.proxy(scripted(['drop']));
       const { fetch, events } = client();
       const res = await fetch(`${p.url}/orders`, { method: 'POST', body, headers: typeof body === 'string' ? json : {} });
       expect(res.status, name).toBe(201);
       expect(events).toHaveLength(2);
-      expect(server.executions(events[0]!.key), name).toBe(1);
+      expect(bed.server.executions(events[0]!.key), name).toBe(1);
     }
-    const p = await proxy(scripted(['drop']));
+    const p = await bed.proxy(scripted(['drop']));
     const { fetch, events } = client();
     const res = await fetch(new Request(`${p.url}/orders`, { method: 'POST', headers: json, body: '{"sku":"R"}' }));
     expect(res.status).toBe(201);
@@ -328,6 +299,6 @@ describe('createIdempotentFetch: options', () => {
 
   it('a key function that returns no string is a TypeError at call time', async () => {
     const { fetch } = client({ key: () => '' });
-    await expect(fetch(`${server.url}/orders`, { method: 'POST', body: '{}' })).rejects.toThrow('Expected `key()` to return a non-empty string, got ""');
+    await expect(fetch(`${bed.server.url}/orders`, { method: 'POST', body: '{}' })).rejects.toThrow('Expected `key()` to return a non-empty string, got ""');
   });
 });

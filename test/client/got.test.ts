@@ -5,13 +5,11 @@
 import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import got, { HTTPError } from 'got';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { idempotentGot } from '../../client/got.js';
 import { isIdempotentRequestError, type AttemptEvent, type RetryPolicyOptions } from '../../client/index.js';
-import { memoryStore } from '../../drivers/memory.js';
-import type { IdempotencyStore } from '../../src/store.js';
-import { scripted, seeded, startFaultyProxy, type Action, type FaultyProxy } from '../helpers/faulty-proxy.js';
-import { startOrderServer, type OrderServer } from './server.js';
+import { scripted, seeded } from '../helpers/faulty-proxy.js';
+import { expectOncePerCall, useOrderServer } from './server.js';
 
 function client(options: RetryPolicyOptions = {}) {
   const events: AttemptEvent[] = [];
@@ -19,30 +17,11 @@ function client(options: RetryPolicyOptions = {}) {
   return { http, events };
 }
 
-let store: IdempotencyStore;
-let server: OrderServer;
-const proxies: FaultyProxy[] = [];
-const proxy = async (plan: (i: number) => Action) => {
-  const p = await startFaultyProxy(server.url, plan);
-  proxies.push(p);
-  return p;
-};
-
-beforeAll(async () => {
-  store = memoryStore();
-  server = await startOrderServer(store);
-});
-afterEach(async () => {
-  await Promise.all(proxies.splice(0).map((p) => p.close()));
-});
-afterAll(async () => {
-  await server.close();
-  await store.close();
-});
+const bed = useOrderServer();
 
 describe('idempotentGot', () => {
   it('H6 H7: one key kept across dropped and reset attempts; the handler runs once', async () => {
-    const p = await proxy(scripted(['drop', 'reset', 'drop', 'pass']));
+    const p = await bed.proxy(scripted(['drop', 'reset', 'drop', 'pass']));
     const { http, events } = client();
     const body = await http.post(`${p.url}/orders`, { json: { sku: 'G1' } }).json<{ key: string; sku: string }>();
     expect(body.sku).toBe('G1');
@@ -54,46 +33,38 @@ describe('idempotentGot', () => {
       [4, 'response'],
     ]);
     expect(new Set(events.map((e) => e.key))).toEqual(new Set([body.key]));
-    expect(server.seen.filter((k) => k === body.key)).toHaveLength(3);
-    expect(server.executions(body.key)).toBe(1);
+    expect(bed.server.seen.filter((k) => k === body.key)).toHaveLength(3);
+    expect(bed.server.executions(body.key)).toBe(1);
   });
 
   it('H9: 30 calls, 6 at a time, through a seeded random plan: each runs once and gets its first answer', async () => {
-    const p = await proxy(seeded(99, { drop: 0.3, reset: 0.2 }));
+    const p = await bed.proxy(seeded(99, { drop: 0.3, reset: 0.2 }));
     const { http } = client({ maxAttempts: 40 });
-    let next = 0;
-    const results: { key: string; body: string }[] = [];
-    await Promise.all(
-      Array.from({ length: 6 }, async () => {
-        while (next < 30) {
-          const key = `got-${next++}-${randomUUID()}`;
-          const res = await http.post(`${p.url}/orders`, { json: { sku: 'G' }, headers: { 'idempotency-key': key } });
-          expect(res.statusCode).toBe(201);
-          results.push({ key, body: res.body });
-        }
-      }),
-    );
-    expect(results).toHaveLength(30);
-    for (const r of results) {
-      expect(server.executions(r.key), r.key).toBe(1);
-      expect(r.body).toBe(server.firstAnswer(r.key));
-    }
+    await expectOncePerCall([bed.server], {
+      calls: 30,
+      concurrency: 6,
+      send: async (key) => {
+        const res = await http.post(`${p.url}/orders`, { json: { sku: 'G' }, headers: { 'idempotency-key': key } });
+        expect(res.statusCode, key).toBe(201);
+        return res.body;
+      },
+    });
     expect(p.log.filter((a) => a !== 'pass').length).toBeGreaterThan(8);
   });
 
   it('H10: a 5xx then 2xx runs twice and succeeds with retryServerErrors', async () => {
     const { http, events } = client({ retryServerErrors: true });
-    const res = await http.post(`${server.url}/flaky`, { json: {} });
+    const res = await http.post(`${bed.server.url}/flaky`, { json: {} });
     expect(res.statusCode).toBe(201);
     expect(events.map((e) => e.status)).toEqual([500, 201]);
-    expect(server.executions(events[0]!.key)).toBe(2);
+    expect(bed.server.executions(events[0]!.key)).toBe(2);
   });
 
   it('H14: a 422 is not retried: got\'s HTTPError after one attempt', async () => {
     const { http, events } = client();
     const key = randomUUID();
-    await http.post(`${server.url}/orders`, { json: { sku: 'A' }, headers: { 'idempotency-key': key } });
-    const error = await http.post(`${server.url}/orders`, { json: { sku: 'B' }, headers: { 'idempotency-key': key } }).catch((e: unknown) => e);
+    await http.post(`${bed.server.url}/orders`, { json: { sku: 'A' }, headers: { 'idempotency-key': key } });
+    const error = await http.post(`${bed.server.url}/orders`, { json: { sku: 'B' }, headers: { 'idempotency-key': key } }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(HTTPError);
     expect((error as HTTPError).response.statusCode).toBe(422);
     expect(events.map((e) => [e.attempt, e.status])).toEqual([
@@ -104,31 +75,31 @@ describe('idempotentGot', () => {
 
   it('gives up with IdempotentRequestError (cause: got\'s error), and refuses to resend a stream body', async () => {
     const { http } = client({ maxAttempts: 2 });
-    const error = await http.post(`${server.url}/busy?status=503&ra=0`, { json: {} }).catch((e: unknown) => e);
+    const error = await http.post(`${bed.server.url}/busy?status=503&ra=0`, { json: {} }).catch((e: unknown) => e);
     expect(isIdempotentRequestError(error)).toBe(true);
     expect(error).toMatchObject({ code: 'attempts-exhausted', attempts: 2, reason: 'unavailable', status: 503 });
     expect((error as Error).cause).toBeInstanceOf(HTTPError);
 
     const streamed = await http
-      .post(`${server.url}/busy-once?status=503&ra=0`, { body: Readable.from(['{}']), headers: { 'content-type': 'application/json' } })
+      .post(`${bed.server.url}/busy-once?status=503&ra=0`, { body: Readable.from(['{}']), headers: { 'content-type': 'application/json' } })
       .catch((e: unknown) => e);
     expect(streamed).toMatchObject({ code: 'body-not-replayable', attempts: 1, reason: 'unavailable' });
   });
 
   it('a timed-out attempt is retried with the same key and gets the first execution\'s answer', async () => {
     const { http, events } = client({ timeoutMs: 150 });
-    const res = await http.post(`${server.url}/slow?ms=600`, { json: {} });
+    const res = await http.post(`${bed.server.url}/slow?ms=600`, { json: {} });
     expect(res.statusCode).toBe(201);
     expect(events[0]!.reason).toBe('timeout');
     expect(events.at(-1)!.reason).toBe('response');
-    expect(server.executions(events[0]!.key)).toBe(1);
+    expect(bed.server.executions(events[0]!.key)).toBe(1);
   });
 
   it('an AbortSignal stops the wait between attempts', async () => {
     const controller = new AbortController();
     const { http, events } = client({ onAttempt: () => controller.abort() });
     const started = performance.now();
-    const error = await http.post(`${server.url}/busy?status=503&ra=5`, { json: {}, signal: controller.signal }).catch((e: unknown) => e);
+    const error = await http.post(`${bed.server.url}/busy?status=503&ra=5`, { json: {}, signal: controller.signal }).catch((e: unknown) => e);
     expect(performance.now() - started).toBeLessThan(2000);
     expect((error as Error).name).toBe('AbortError');
     expect(events).toHaveLength(1);
@@ -136,7 +107,7 @@ describe('idempotentGot', () => {
 
   it('other methods get no key', async () => {
     const { http, events } = client();
-    expect(await http.get(`${server.url}/echo`).json()).toEqual({ key: null });
+    expect(await http.get(`${bed.server.url}/echo`).json()).toEqual({ key: null });
     expect(events).toHaveLength(0);
   });
 });

@@ -10,7 +10,7 @@ import { redisStore } from '../../drivers/redis.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { seeded, startFaultyProxy, type FaultyProxy } from '../helpers/faulty-proxy.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
-import { startOrderServer, type OrderServer } from './server.js';
+import { expectOncePerCall, startOrderServer, type OrderServer } from './server.js';
 
 const available = await serviceAvailable('Redis', REDIS_URL);
 
@@ -39,27 +39,19 @@ describe.skipIf(!available)('createIdempotentFetch on Redis, two servers', () =>
 
   it('H9 S5: 30 calls, 6 at a time, dropped and reset at random: each runs once on one of the servers and gets that answer', async () => {
     const fetch = createIdempotentFetch({ maxAttempts: 40, minDelayMs: 5, maxDelayMs: 50 });
-    const results: { key: string; status: number; body: string }[] = [];
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: 6 }, async () => {
-        while (next < 30) {
-          const key = `redis-${next++}-${randomUUID()}`;
-          const res = await fetch(`${proxy.url}/orders`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json', 'idempotency-key': key },
-            body: '{"sku":"R"}',
-          });
-          results.push({ key, status: res.status, body: await res.text() });
-        }
-      }),
-    );
-    expect(results).toHaveLength(30);
-    for (const r of results) {
-      expect(r.status, r.key).toBe(201);
-      expect(servers[0]!.executions(r.key) + servers[1]!.executions(r.key), r.key).toBe(1);
-      expect(r.body).toBe(servers[0]!.firstAnswer(r.key) ?? servers[1]!.firstAnswer(r.key));
-    }
+    await expectOncePerCall(servers, {
+      calls: 30,
+      concurrency: 6,
+      send: async (key) => {
+        const res = await fetch(`${proxy.url}/orders`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'idempotency-key': key },
+          body: '{"sku":"R"}',
+        });
+        expect(res.status, key).toBe(201);
+        return res.text();
+      },
+    });
     expect(proxy.log.filter((a) => a === 'drop').length).toBeGreaterThan(5);
     // Both servers did work, so answers crossed between them through Redis.
     expect(servers[0]!.totalExecutions()).toBeGreaterThan(3);

@@ -13,8 +13,11 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { afterAll, afterEach, beforeAll, expect } from 'vitest';
 import { withIdempotency, type IdempotentRequest } from '../../adapters/node.js';
+import { memoryStore } from '../../drivers/memory.js';
 import type { IdempotencyStore } from '../../src/store.js';
+import { startFaultyProxy, type Action, type FaultyProxy } from '../helpers/faulty-proxy.js';
 
 export interface OrderServer {
   url: string;
@@ -104,4 +107,60 @@ export async function startOrderServer(store: IdempotencyStore, options: { wait?
         server.close(() => resolve());
       }),
   };
+}
+
+/**
+ * A test file's server on a memory store, started before its tests and closed after them,
+ * and faulty proxies in front of it that are closed after each test.
+ */
+export function useOrderServer(options: { wait?: number } = {}) {
+  const store = memoryStore();
+  let server: OrderServer | undefined;
+  const proxies: FaultyProxy[] = [];
+  beforeAll(async () => {
+    server = await startOrderServer(store, options);
+  });
+  afterEach(async () => {
+    await Promise.all(proxies.splice(0).map((p) => p.close()));
+  });
+  afterAll(async () => {
+    await server?.close();
+    await store.close();
+  });
+  return {
+    get server(): OrderServer {
+      if (!server) throw new Error('the order server is not started yet');
+      return server;
+    },
+    async proxy(plan: (index: number) => Action): Promise<FaultyProxy> {
+      const p = await startFaultyProxy(this.server.url, plan);
+      proxies.push(p);
+      return p;
+    },
+  };
+}
+
+/**
+ * `calls` operations, `concurrency` at a time, each with its own key (`send(key)` returns the
+ * answer's body); then each key ran exactly once on `servers` and got the first answer.
+ */
+export async function expectOncePerCall(
+  servers: OrderServer[],
+  { calls, concurrency, send }: { calls: number; concurrency: number; send: (key: string) => Promise<string> },
+): Promise<void> {
+  const results: { key: string; body: string }[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < calls) {
+        const key = `once-${next++}-${Math.random().toString(36).slice(2)}`;
+        results.push({ key, body: await send(key) });
+      }
+    }),
+  );
+  expect(results).toHaveLength(calls);
+  for (const { key, body } of results) {
+    expect(servers.reduce((sum, s) => sum + s.executions(key), 0), key).toBe(1);
+    expect(body, key).toBe(servers.map((s) => s.firstAnswer(key)).find((a) => a !== undefined));
+  }
 }
