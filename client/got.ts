@@ -73,6 +73,9 @@ function reasonFor(policy: RetryPolicy, error: RequestError): AttemptReason {
  */
 export function idempotentGot<T extends Got>(got: T, options: RetryPolicyOptions = {}): T {
   const policy = resolvePolicy(options);
+  // Other methods keep the instance's own retry settings.
+  const baseLimit = got.defaults.options.retry.limit ?? 0;
+  const baseMethods: string[] = got.defaults.options.retry.methods ?? [];
   const callOf = (context: Record<PropertyKey, unknown>) => context[state] as CallState | undefined;
 
   const report = (call: CallState, event: { attempt: number; method: string; url: string; reason: AttemptReason; status?: number; error?: unknown; decision: Decision }) =>
@@ -82,12 +85,14 @@ export function idempotentGot<T extends Got>(got: T, options: RetryPolicyOptions
     // One attempt's limit; got's TimeoutError is then retried like a network error.
     timeout: { request: policy.timeoutMs },
     retry: {
-      // The policy decides; got's limit and methods only have to let it.
-      limit: policy.maxAttempts - 1,
-      methods: ['GET', 'PUT', 'HEAD', 'DELETE', 'OPTIONS', 'TRACE', ...policy.methods] as Method[],
+      // The policy decides for covered methods; got's limit and methods only have to let it.
+      limit: Math.max(baseLimit, policy.maxAttempts - 1),
+      methods: [...new Set([...baseMethods, ...policy.methods])] as Method[],
       calculateDelay: ({ attemptCount, error, computedValue }) => {
         const call = callOf(error.options.context);
-        if (!call || !isCovered(policy, error.options.method)) return computedValue;
+        if (!call || !isCovered(policy, error.options.method)) {
+          return attemptCount > baseLimit || !baseMethods.includes(error.options.method) ? 0 : computedValue;
+        }
         const reason = reasonFor(policy, error);
         const status = error.name === 'HTTPError' ? error.response?.statusCode : undefined;
         const decision = decide(

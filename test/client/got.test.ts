@@ -105,9 +105,15 @@ describe('idempotentGot', () => {
     expect(events).toHaveLength(1);
   });
 
-  it('other methods get no key', async () => {
+  it('other methods get no key and keep the instance\'s own retry settings', async () => {
     const { http, events } = client();
     expect(await http.get(`${bed.server.url}/echo`).json()).toEqual({ key: null });
     expect(events).toHaveLength(0);
+
+    const p = await bed.proxy(scripted(['reset', 'reset']));
+    const noRetry = idempotentGot(got.extend({ retry: { limit: 0 } }), { maxAttempts: 5 });
+    const error = await noRetry.get(`${p.url}/echo`).catch((e: unknown) => e);
+    expect((error as { code?: string }).code).toBe('ECONNRESET');
+    expect(p.log).toEqual(['reset']);
   });
 });
