@@ -12,6 +12,7 @@
 import type { Got, Method, RequestError, Response } from 'got';
 import {
   IdempotentRequestError,
+  assertExtendable,
   decide,
   isCovered,
   keyFor,
@@ -72,6 +73,7 @@ function reasonFor(policy: RetryPolicy, error: RequestError): AttemptReason {
  * is got's error). Other methods keep got's usual retry behaviour.
  */
 export function idempotentGot<T extends Got>(got: T, options: RetryPolicyOptions = {}): T {
+  assertExtendable('got', got);
   const policy = resolvePolicy(options);
   // Other methods keep the instance's own retry settings.
   const baseLimit = got.defaults.options.retry.limit ?? 0;

@@ -14,6 +14,7 @@ import pRetry, { AbortError } from 'p-retry';
 import { assertFunction } from '../src/validate.js';
 import {
   IdempotentRequestError,
+  assertOptions,
   decide,
   isCovered,
   isIdempotentRequestError,
@@ -29,7 +30,6 @@ import {
 export {
   IdempotentRequestError,
   isIdempotentRequestError,
-  parseRetryAfter,
   type AttemptEvent,
   type AttemptReason,
   type Decision,
@@ -124,7 +124,8 @@ async function attemptOnce(send: IdempotentFetchOptions['fetch'] & {}, request: 
  * Other methods are passed to fetch unchanged.
  */
 export function createIdempotentFetch(options: IdempotentFetchOptions = {}): IdempotentFetch {
-  const { fetch: send = globalThis.fetch, ...policyOptions } = options ?? {};
+  assertOptions(options);
+  const { fetch: send = globalThis.fetch, ...policyOptions } = options;
   assertFunction('fetch', send);
   const policy = resolvePolicy(policyOptions);
   return function idempotentFetch(input, init) {

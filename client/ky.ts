@@ -11,6 +11,7 @@
  */
 import type { KyInstance } from 'ky';
 import { createIdempotentFetch, type IdempotentFetchOptions } from './index.js';
+import { assertExtendable } from './policy.js';
 
 export type { IdempotentFetchOptions as IdempotentKyOptions } from './index.js';
 
@@ -22,5 +23,6 @@ export type { IdempotentFetchOptions as IdempotentKyOptions } from './index.js';
  * IdempotentRequestError. Pass `fetch` here, not to ky, to send through another fetch.
  */
 export function idempotentKy(ky: KyInstance, options: IdempotentFetchOptions = {}): KyInstance {
+  assertExtendable('ky', ky);
   return ky.extend({ fetch: createIdempotentFetch(options), retry: 0, timeout: false });
 }

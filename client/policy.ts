@@ -137,11 +137,22 @@ const defaultKey = (): string => {
 
 const tokenPattern = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
+export function assertOptions(options: unknown): asserts options is object {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new TypeError(`Expected options to be an object, got ${options === null ? 'null' : Array.isArray(options) ? 'an array' : typeof options}`);
+  }
+}
+
+/** The HTTP library instance a wrapper extends: got and ky both have `extend`. */
+export function assertExtendable(name: string, instance: unknown): void {
+  if (typeof instance !== 'function' || typeof (instance as { extend?: unknown }).extend !== 'function') {
+    throw new TypeError(`Expected \`${name}\` to be a ${name} instance (the default export or one made with .extend()), got ${instance === null ? 'null' : typeof instance}`);
+  }
+}
+
 /** Check and complete the options; a bad one is a precise TypeError here, never at request time. */
 export function resolvePolicy(options: RetryPolicyOptions = {}, testing: Partial<Pick<RetryPolicy, 'now' | 'random'>> = {}): RetryPolicy {
-  if (typeof options !== 'object' || options === null) {
-    throw new TypeError(`Expected options to be an object, got ${options === null ? 'null' : typeof options}`);
-  }
+  assertOptions(options);
   const {
     methods = ['POST', 'PATCH'],
     header = 'Idempotency-Key',

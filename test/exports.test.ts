@@ -21,7 +21,7 @@ const expected: Record<string, string[]> = {
   './drivers/redis': ['redisStore'],
   './drivers/postgres': ['postgresStore'],
   './drivers/sqlite': ['sqliteStore'],
-  './client': ['createIdempotentFetch', 'IdempotentRequestError', 'isIdempotentRequestError', 'parseRetryAfter'],
+  './client': ['createIdempotentFetch', 'IdempotentRequestError', 'isIdempotentRequestError'],
   './client/got': ['idempotentGot'],
   './client/ky': ['idempotentKy'],
 };

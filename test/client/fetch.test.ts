@@ -296,6 +296,8 @@ describe('createIdempotentFetch: options', () => {
     for (const [options, message] of cases) {
       expect(() => createIdempotentFetch(options), message).toThrow(new TypeError(message));
     }
+    expect(() => createIdempotentFetch(null as never)).toThrow(new TypeError('Expected options to be an object, got null'));
+    expect(() => createIdempotentFetch(5 as never)).toThrow(new TypeError('Expected options to be an object, got number'));
   });
 
   it('a key function that returns no string is a TypeError at call time', async () => {

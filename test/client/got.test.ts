@@ -105,6 +105,13 @@ describe('idempotentGot', () => {
     expect(events).toHaveLength(1);
   });
 
+  it('a bad got or bad options are precise TypeErrors', () => {
+    expect(() => idempotentGot({} as never)).toThrow(
+      new TypeError('Expected `got` to be a got instance (the default export or one made with .extend()), got object'),
+    );
+    expect(() => idempotentGot(got, { maxAttempts: -1 })).toThrow(new TypeError('Expected `maxAttempts` to be a positive integer, got -1'));
+  });
+
   it('other methods get no key and keep the instance\'s own retry settings', async () => {
     const { http, events } = client();
     expect(await http.get(`${bed.server.url}/echo`).json()).toEqual({ key: null });

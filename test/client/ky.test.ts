@@ -71,6 +71,13 @@ describe('idempotentKy', () => {
     expect(aborted).toMatchObject({ code: 'aborted', attempts: 1 });
   });
 
+  it('a bad ky or bad options are precise TypeErrors', () => {
+    expect(() => idempotentKy(undefined as never)).toThrow(
+      new TypeError('Expected `ky` to be a ky instance (the default export or one made with .extend()), got undefined'),
+    );
+    expect(() => idempotentKy(ky, { timeoutMs: 0 })).toThrow(new TypeError('Expected `timeoutMs` to be a positive integer, got 0'));
+  });
+
   it('other methods get no key', async () => {
     const { api, events } = client();
     expect(await api.get(`${bed.server.url}/echo`).json()).toEqual({ key: null });
