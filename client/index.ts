@@ -106,8 +106,7 @@ async function attemptOnce(send: IdempotentFetchOptions['fetch'] & {}, request: 
     Object.defineProperty(whole, 'url', { value: response.url });
     return { reason: 'response', response: whole };
   } catch (error) {
-    if (userSignal?.aborted) throw error;
-    return { reason: timedOut ? 'timeout' : 'network-error', error };
+    return { reason: userSignal?.aborted ? 'aborted' : timedOut ? 'timeout' : 'network-error', error };
   } finally {
     clearTimeout(timer);
     userSignal?.removeEventListener('abort', onAbort);
@@ -155,7 +154,7 @@ async function run(
     new IdempotentRequestError({
       code,
       attempts,
-      reason: last?.reason ?? 'network-error',
+      reason: last?.reason ?? 'aborted', // no attempt yet: aborted before the first
       key,
       status: last?.response?.status,
       response: last?.response,
@@ -190,7 +189,7 @@ async function run(
           elapsedMs: policy.now() - started,
         });
         if (decision.retry) throw new RetryLater(decision.delayMs);
-        if (decision.stop) throw new AbortError(stop(decision.stop));
+        if (decision.stop) throw new AbortError(stop(decision.stop, decision.stop === 'aborted' ? userSignal.reason : undefined));
         return response!;
       },
       {

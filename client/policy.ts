@@ -21,6 +21,8 @@ export type AttemptReason =
   | 'unavailable'
   /** Another 5xx, retried only with `retryServerErrors`. */
   | 'server-error'
+  /** The caller's AbortSignal fired during the attempt. */
+  | 'aborted'
   /** An answer to return as it is (2xx, 3xx, a 4xx such as 400 or 422, a 5xx not retried). */
   | 'response';
 
@@ -253,6 +255,7 @@ export function decide(
   state: { attempt: number; elapsedMs: number; replayable: boolean },
 ): Decision {
   if (outcome.reason === 'response') return { retry: false };
+  if (outcome.reason === 'aborted') return { retry: false, stop: 'aborted' };
   if (!state.replayable) return { retry: false, stop: 'body-not-replayable' };
   if (state.attempt >= policy.maxAttempts) return { retry: false, stop: 'attempts-exhausted' };
   const delayMs = parseRetryAfter(outcome.retryAfter) ?? backoffMs(policy, state.attempt);

@@ -224,12 +224,12 @@ describe('createIdempotentFetch: when it gives up', () => {
     const call = fetch(`${bed.server.url}/slow?ms=3000`, { method: 'POST', headers: json, body: '{}', signal: controller.signal });
     setTimeout(() => controller.abort(), 100);
     const started = performance.now();
-    expect(await rejection(call)).toMatchObject({ code: 'aborted', attempts: 1 });
+    expect(await rejection(call)).toMatchObject({ code: 'aborted', attempts: 1, reason: 'aborted' });
     expect(performance.now() - started).toBeLessThan(2000);
 
     const seen = bed.server.seen.length;
     const error = await rejection(fetch(`${bed.server.url}/orders`, { method: 'POST', body: '{}', signal: AbortSignal.abort() }));
-    expect(error).toMatchObject({ code: 'aborted', attempts: 0 });
+    expect(error).toMatchObject({ code: 'aborted', attempts: 0, reason: 'aborted' });
     expect(bed.server.seen.length).toBe(seen);
   });
 

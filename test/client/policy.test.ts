@@ -52,6 +52,7 @@ describe('client policy', () => {
     expect(decide(policy, net, state(4))).toEqual({ retry: false, stop: 'attempts-exhausted' });
     expect(decide(policy, { reason: 'in-progress', status: 409, retryAfter: '1' }, state(1, 9000))).toEqual({ retry: false, stop: 'time-exhausted' });
     expect(decide(policy, net, state(1, 0, false))).toEqual({ retry: false, stop: 'body-not-replayable' });
+    expect(decide(policy, { reason: 'aborted' }, state(1))).toEqual({ retry: false, stop: 'aborted' });
     // A final answer is returned even for a body that could not be sent again.
     expect(decide(policy, { reason: 'response', status: 201 }, state(1, 0, false))).toEqual({ retry: false });
   });
