@@ -41,7 +41,7 @@ export interface IdempotencyOptions<Req = unknown> extends EngineOptions {
    *   500 `scope-required` that says what to write; an adapter with no such convention
    *   (Node `http`, fetch) refuses to start without `scope`.
    */
-  scope?: ((req: Req) => string | undefined | Promise<string | undefined>) | 'shared';
+  scope?: ((req: Req) => string | number | undefined | Promise<string | number | undefined>) | 'shared';
   /**
    * Replaces query, body and headers in the fingerprint with what this returns (method
    * and path always count). Use it to leave out fields that change between retries.
@@ -282,9 +282,11 @@ export class Idempotency<Req = unknown> {
     const options = this.#options;
     let scope: string | undefined;
     if (typeof options.scope === 'function') {
-      scope = await options.scope(request.raw);
+      const found: unknown = await options.scope(request.raw);
+      // A numeric user id is an identity too (`(req) => req.user.id` with a number).
+      scope = typeof found === 'number' || typeof found === 'bigint' ? identity(found) : (found as string | undefined);
       if (scope !== undefined && typeof scope !== 'string') {
-        throw new TypeError(`Expected \`scope(req)\` to return a string or undefined, got ${typeof scope}`);
+        throw new TypeError(`Expected \`scope(req)\` to return a string, a number or undefined, got ${typeof scope}`);
       }
     } else if (options.scope === undefined) {
       scope = identity(this.#defaults!.principal!(request.raw));
