@@ -1,0 +1,67 @@
+/**
+ * Hono adapter: `idempotency(options)` middleware for Hono 4, app-wide or per route, on
+ * any runtime Hono runs on with a reachable store (Node with `@hono/node-server`, Bun, Deno).
+ * @module
+ * @example
+ * import { Hono } from 'hono';
+ * import { createStore } from 'idempotency-kit';
+ * import { idempotency } from 'idempotency-kit/hono';
+ *
+ * const app = new Hono();
+ * app.use('/orders/*', idempotency({ store: createStore('redis://127.0.0.1:6379') }));
+ * app.post('/orders', async (c) => c.json({ id: 42, ...(await c.req.json()) }, 201));
+ */
+import type { Context, Env, MiddlewareHandler } from 'hono';
+import { Idempotency, type IdempotencyOptions } from '../src/http.js';
+import { abandonOnAbort, assertDeclaredLength, readRequestBody, recordResponse, requestInfo, toResponse } from './web.js';
+
+/** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
+export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;
+
+/**
+ * Protect the handlers after it. Place it after authentication (so that `scope` can read
+ * the principal) and before the handlers; a validator before it is fine too (the layer
+ * then fingerprints the body Hono kept). Errors the handlers throw release the key (a
+ * retry runs again) whatever your `app.onError` answers.
+ */
+export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions<E> | Idempotency<Context<E>>): MiddlewareHandler<E> {
+  const layer = options instanceof Idempotency ? options : new Idempotency<Context<E>>(options);
+
+  const readBody = async (c: Context<E>): Promise<Uint8Array> => {
+    const request = c.req.raw;
+    if (!request.bodyUsed) return readRequestBody(request, layer.maxBodyBytes);
+    // Read before us (a validator): Hono keeps the body; count it by its declared length.
+    assertDeclaredLength(request.headers, layer.maxBodyBytes);
+    return new Uint8Array(await c.req.arrayBuffer());
+  };
+
+  return async function idempotency(c, next) {
+    if (!layer.covers(c.req.method)) return next();
+    const request = c.req.raw;
+    const decision = await layer.begin(requestInfo(request, layer, c, () => readBody(c)));
+    if (decision.type === 'respond') return toResponse(decision.response);
+    if (decision.type === 'pass') return next();
+    const { claim } = decision;
+    const { signal } = request;
+    abandonOnAbort(signal, claim);
+    try {
+      await next();
+    } catch (error) {
+      // Only without an error handler in the chain: Hono normally catches it first (below).
+      await claim.fail(error);
+      throw error;
+    }
+    if (c.error !== undefined) {
+      // A handler threw and `app.onError` (or Hono's default) answered: release, whatever
+      // status it chose.
+      await claim.fail(c.error);
+      return;
+    }
+    const recorded = await recordResponse(c.res, claim, signal);
+    // Cleared first: assigning over a response merges the old one's headers into the new.
+    c.res = undefined;
+    c.res = recorded;
+  };
+}
+
+export default idempotency;

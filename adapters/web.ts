@@ -1,0 +1,221 @@
+/**
+ * Fetch-API plumbing shared by the fetch and Hono adapters: read a `Request` body within
+ * a limit, describe a `Request` to the HTTP layer, answer with a `Response`, and record a
+ * handler's `Response` on its way out. Internal (not a package sub-path). Web standards
+ * only, so that it runs on Node, Bun and Deno alike.
+ * @module
+ */
+import { BodyTooLargeError } from '../src/errors.js';
+import type { CapturedResponse, HttpClaim, HttpRequestInfo, Idempotency } from '../src/http.js';
+import type { HttpResponse } from '../src/problem.js';
+
+const EMPTY = new Uint8Array(0);
+
+/** Statuses whose Response must not have a body (the Response constructor throws). */
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+
+function concat(chunks: Uint8Array[], size: number): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return out;
+}
+
+/** A declared Content-Length over `limit` is refused before a byte is read (413). */
+export function assertDeclaredLength(headers: Headers, limit: number): void {
+  const declared = Number(headers.get('content-length') ?? undefined);
+  if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
+}
+
+/**
+ * Read a body stream whole, up to `limit` bytes. Over it: with `onOverflow: 'throw'`,
+ * BodyTooLargeError (413); with `'null'`, `null`. Either way the rest is left unread
+ * (the stream is cancelled).
+ */
+async function readStream(stream: ReadableStream<Uint8Array>, limit: number, onOverflow: 'throw' | 'null'): Promise<Uint8Array | null> {
+  const reader = stream.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return concat(chunks, size);
+    size += value.byteLength;
+    if (size > limit) {
+      reader.cancel().catch(() => undefined);
+      if (onOverflow === 'throw') throw new BodyTooLargeError(limit);
+      return null;
+    }
+    chunks.push(value);
+  }
+}
+
+/**
+ * The request's body bytes, up to `limit` (beyond it, BodyTooLargeError: 413). A clone is
+ * read, so the request itself stays unread: the handler gets the very object it would have
+ * got (a Next.js `NextRequest` keeps its `nextUrl` and `cookies`) and reads the same bytes.
+ */
+export async function readRequestBody(request: Request, limit: number): Promise<Uint8Array> {
+  assertDeclaredLength(request.headers, limit);
+  if (request.body === null) return EMPTY;
+  const copy = request.clone();
+  return (await readStream(copy.body!, limit, 'throw'))!;
+}
+
+/** A flat record of the headers (repeated lines joined with ", ", as `Headers` keeps them). */
+export function headersRecord(headers: Headers): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  headers.forEach((value, name) => {
+    out[name] = value;
+  });
+  // forEach joins Set-Cookie lines with ", ", which breaks cookies that hold a date.
+  const cookies = typeof headers.getSetCookie === 'function' ? headers.getSetCookie() : [];
+  if (cookies.length > 1) out['set-cookie'] = cookies;
+  return out;
+}
+
+/** The request target (path and query) of an absolute URL. */
+export function requestTarget(url: string): string {
+  const hash = url.indexOf('#');
+  const end = hash === -1 ? url.length : hash;
+  const scheme = url.indexOf('://');
+  const slash = url.indexOf('/', scheme === -1 ? 0 : scheme + 3);
+  if (slash === -1 || slash > end) {
+    const query = url.indexOf('?');
+    return query === -1 || query > end ? '/' : `/${url.slice(query, end)}`;
+  }
+  return url.slice(slash, end);
+}
+
+/**
+ * What the HTTP layer needs to know about a `Request`. The key header's repeated lines
+ * arrive joined with ", " (that is how `Headers` keeps them), which the key parser refuses
+ * as several values, as it refuses repeated lines elsewhere.
+ */
+export function requestInfo<Raw>(
+  request: Request,
+  layer: Idempotency<Raw>,
+  raw: Raw,
+  body: () => Promise<unknown>,
+): HttpRequestInfo<Raw> {
+  return {
+    method: request.method,
+    url: requestTarget(request.url),
+    headers: headersRecord(request.headers),
+    keyHeaderLines: request.headers.get(layer.headerName) ?? undefined,
+    body,
+    raw,
+  };
+}
+
+/** A replay or a problem as a `Response`. */
+export function toResponse(response: HttpResponse): Response {
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(response.headers)) {
+    if (Array.isArray(value)) for (const v of value) headers.append(name, v);
+    else headers.set(name, value);
+  }
+  const body = NULL_BODY_STATUSES.has(response.status) ? null : response.body;
+  return new Response(body as ResponseBody, { status: response.status, headers });
+}
+
+type Head = Omit<CapturedResponse, 'body'>;
+type ResponseBody = ConstructorParameters<typeof Response>[0];
+
+/**
+ * Pass the body on chunk by chunk while recording it, and end it only once the response
+ * is stored (or released), so that a client which has seen the whole response always gets
+ * the replay on retry. Not `tee()`: a branch nobody reads would buffer without bound, and
+ * a tee cannot hold back the end. Over `maxResponseBytes` the record completes without a
+ * body; a failing source releases the claim (as a thrown error does); a reader that goes
+ * away first (the client disconnected) completes it without a body: the handler did run,
+ * so a retry must not run it again.
+ */
+function recordStream(source: ReadableStream<Uint8Array>, claim: HttpClaim, head: Head): ReadableStream<Uint8Array> {
+  const reader = source.getReader();
+  let chunks: Uint8Array[] = [];
+  let size = 0;
+  let overflow = false;
+  let settled = false;
+  const settle = (outcome: () => Promise<void>): Promise<void> => {
+    if (settled) return Promise.resolve();
+    settled = true;
+    return outcome();
+  };
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        let result: Awaited<ReturnType<typeof reader.read>>;
+        try {
+          result = await reader.read();
+        } catch (error) {
+          await settle(() => claim.fail(error));
+          controller.error(error);
+          return;
+        }
+        if (result.done) {
+          await settle(() => claim.finish({ ...head, body: overflow ? null : concat(chunks, size) }));
+          controller.close();
+          return;
+        }
+        const chunk = result.value;
+        if (!overflow) {
+          size += chunk.byteLength;
+          if (size > claim.maxResponseBytes) {
+            overflow = true;
+            chunks = [];
+          } else chunks.push(chunk.slice()); // a copy: the reader may reuse its buffer
+        }
+        controller.enqueue(chunk);
+      },
+      async cancel(reason) {
+        void settle(() => claim.finish({ ...head, body: null }));
+        await reader.cancel(reason);
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+/**
+ * Record the handler's response for replay and return the one to send. A body-less
+ * response is stored at once. A body is recorded as it streams out (`recordStream`), or,
+ * when the client has already gone (`signal` aborted: no one will read it), read here so
+ * the answer is still stored and a retry replays it.
+ */
+export async function recordResponse(response: Response, claim: HttpClaim, signal: AbortSignal | undefined): Promise<Response> {
+  // Not `instanceof`: a server may swap in its own Response class (@hono/node-server does).
+  if (typeof response !== 'object' || response === null || typeof (response as Response).status !== 'number' || !('body' in response)) {
+    const error = new TypeError(`Expected the handler to return a Response, got ${response === null ? 'null' : typeof response}`);
+    await claim.fail(error);
+    throw error;
+  }
+  const head: Head = { status: response.status, headers: headersRecord(response.headers) };
+  const source = response.body;
+  if (source === null) {
+    await claim.finish({ ...head, body: EMPTY });
+    return response;
+  }
+  if (signal?.aborted) {
+    let bytes: Uint8Array | null;
+    try {
+      bytes = await readStream(source, claim.maxResponseBytes, 'null');
+    } catch (error) {
+      await claim.fail(error);
+      throw error;
+    }
+    await claim.finish({ ...head, body: bytes });
+    return new Response(bytes as ResponseBody, response);
+  }
+  return new Response(recordStream(source, claim, head), response);
+}
+
+/** Stop renewing the claim's lease once the client is gone (the handler may still finish). */
+export function abandonOnAbort(signal: AbortSignal | undefined, claim: HttpClaim): void {
+  if (!signal) return;
+  if (signal.aborted) claim.abandon();
+  else signal.addEventListener('abort', () => claim.abandon(), { once: true });
+}
