@@ -22,5 +22,7 @@ export default defineConfig({
   clean: true,
   target: 'node20',
   platform: 'node',
+  // Keep `node:crypto` as written: Deno resolves Node built-ins only with the prefix.
+  removeNodeProtocol: false,
   treeshake: true,
 });

@@ -1,0 +1,150 @@
+/**
+ * idempotency-kit/fetch on Bun and Deno: the built package (dist/) serves through the
+ * runtime's own server (Bun.serve, Deno.serve) with its own Request, Response and streams
+ * (./runtime-smoke.mjs); this side sends the requests over real sockets. Both runtimes
+ * come from the npm registry as dev dependencies (`bun`, `deno`; the binary is in their
+ * platform package). A runtime that is not installed here is skipped loudly; with CI set
+ * it fails, since `npm ci` installs both.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import net from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { expectProblem, send } from './client.js';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const SMOKE = fileURLToPath(new URL('./runtime-smoke.mjs', import.meta.url));
+const arch = process.arch === 'arm64' ? 'aarch64' : process.arch;
+
+/** The first candidate that runs `--version`: the npm bin (real once its postinstall ran), else the platform package's binary. */
+function findBinary(candidates: string[]): string | undefined {
+  for (const file of candidates) {
+    if (!existsSync(file) || statSync(file).size < 1_000_000) continue; // a placeholder, not the binary
+    if (spawnSync(file, ['--version'], { encoding: 'utf8' }).status === 0) return file;
+  }
+  return undefined;
+}
+
+const runtimes = {
+  bun: {
+    binary: findBinary([
+      join(root, 'node_modules/bun/bin/bun.exe'),
+      join(root, `node_modules/@oven/bun-${process.platform}-${arch}/bin/bun`),
+      join(root, `node_modules/@oven/bun-${process.platform}-${arch}-baseline/bin/bun`),
+    ]),
+    args: [SMOKE],
+  },
+  deno: {
+    binary: findBinary([
+      join(root, 'node_modules/deno/deno'),
+      join(root, `node_modules/@deno/${process.platform}-${process.arch === 'arm64' ? 'arm64' : 'x64'}-glibc/deno`),
+    ]),
+    args: ['run', '--allow-net', '--allow-env', '--allow-read', SMOKE],
+  },
+};
+
+function available(name: string, binary: string | undefined): boolean {
+  if (binary) return true;
+  const message = `${name} is not installed under node_modules (dev dependency \`${name}\`) or does not run here`;
+  if (process.env.CI) throw new Error(`${message} (CI is set: the runtime tests must run)`);
+  console.warn(`\n!!!!!!!! SKIPPING ${name.toUpperCase()} RUNTIME TESTS: ${message} !!!!!!!!\n`);
+  return false;
+}
+
+/** dist/ is what a user's runtime loads: it must be built from the current sources. */
+function assertFreshBuild(): void {
+  const built = join(root, 'dist/adapters/fetch.js');
+  if (!existsSync(built)) throw new Error('dist/ is missing: run `npx tsup` (npm test builds it first)');
+  const builtAt = statSync(built).mtimeMs;
+  for (const dir of ['src', 'adapters', 'drivers']) {
+    for (const file of readdirSync(join(root, dir))) {
+      if (file.endsWith('.ts') && statSync(join(root, dir, file)).mtimeMs > builtAt) {
+        throw new Error(`dist/ is older than ${dir}/${file}: run \`npx tsup\` (npm test builds it first)`);
+      }
+    }
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+const json = (body: unknown, key?: string, path = '/orders', headers?: Record<string, string>) => ({ path, key, body, headers });
+
+for (const [name, runtime] of Object.entries(runtimes)) {
+  describe.skipIf(!available(name, runtime.binary))(`idempotency-kit/fetch on ${name} (${name === 'bun' ? 'Bun.serve' : 'Deno.serve'})`, () => {
+    let url = '';
+    let output = '';
+    beforeAll(async () => {
+      assertFreshBuild();
+      const port = await freePort();
+      const child = spawn(runtime.binary!, [...runtime.args, String(port)], {
+        cwd: root,
+        env: { ...process.env, NO_COLOR: '1' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      child.stderr.on('data', (chunk) => (output += chunk));
+      await new Promise<void>((resolve, reject) => {
+        child.stdout.on('data', (chunk) => {
+          output += chunk;
+          if (output.includes(`listening ${name}`)) resolve();
+        });
+        child.once('exit', (code) => reject(new Error(`${name} exited with ${code}:\n${output}`)));
+      });
+      url = `http://127.0.0.1:${port}`;
+      return () => {
+        child.kill('SIGTERM');
+      };
+    });
+
+    it('H6 H7 H11: runs once, replays byte for byte with Idempotent-Replayed and Location, never Set-Cookie', async () => {
+      const first = await send(url, json({ sku: 'A1' }, `${name}-1`));
+      expect(first.status, output).toBe(201);
+      expect(first.json()).toEqual({ id: 1, sku: 'A1', runtime: name });
+      expect(first.headers['set-cookie']).toEqual(['s=1']);
+      const again = await send(url, json({ sku: 'A1' }, `${name}-1`));
+      expect(again.status).toBe(201);
+      expect(again.body.equals(first.body)).toBe(true);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.headers.location).toBe('/orders/1');
+      expect(again.headers['set-cookie']).toBeUndefined();
+    });
+
+    it('H2 H14 body-too-large: 400 without a key, 422 for another body, 413 over maxBodyBytes', async () => {
+      expectProblem(await send(url, json({ sku: 'A1' })), 400, 'key-missing');
+      await send(url, json({ sku: 'B1' }, `${name}-2`));
+      expectProblem(await send(url, json({ sku: 'B2' }, `${name}-2`)), 422, 'key-reused');
+      expectProblem(await send(url, json({ sku: 'x'.repeat(2000) }, `${name}-3`)), 413, 'body-too-large');
+    });
+
+    it('H9: 10 simultaneous identical requests run the handler once', async () => {
+      const replies = await Promise.all(Array.from({ length: 10 }, () => send(url, json({ sku: 'C1' }, `${name}-4`, '/slow'))));
+      expect(new Set(replies.map((r) => r.text)).size).toBe(1);
+      expect(replies.filter((r) => r.headers['idempotent-replayed'] === undefined)).toHaveLength(1);
+    });
+
+    it('H12: a ReadableStream body is recorded on its way out and replayed', async () => {
+      const first = await send(url, json({}, `${name}-5`, '/stream'));
+      expect(first.status).toBe(201);
+      expect(first.text).toMatch(/^chunk-1;chunk-2;id=\d+$/);
+      const replay = await send(url, json({}, `${name}-5`, '/stream'));
+      expect(replay.text).toBe(first.text);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+    });
+
+    it('H10: a thrown error releases the key: the retry runs again', async () => {
+      const replies = [await send(url, json({}, `${name}-6`, '/throw')), await send(url, json({}, `${name}-6`, '/throw'))];
+      expect(replies.map((r) => r.status)).toEqual([500, 500]);
+      expect(replies.map((r) => r.headers['idempotent-replayed'])).toEqual([undefined, undefined]);
+    });
+  });
+}
