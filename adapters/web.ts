@@ -124,21 +124,77 @@ export function toResponse(response: HttpResponse): Response {
 
 type Head = Omit<CapturedResponse, 'body'>;
 type ResponseBody = ConstructorParameters<typeof Response>[0];
+type Read = Awaited<ReturnType<ReadableStreamDefaultReader<Uint8Array>['read']>>;
+
+/** The response body as recorded so far: at most `maxResponseBytes`, then only counted. */
+class Recording {
+  chunks: Uint8Array[] = [];
+  size = 0;
+  overflow = false;
+  constructor(readonly limit: number) {}
+  add(chunk: Uint8Array): void {
+    if (this.overflow) return;
+    this.size += chunk.byteLength;
+    if (this.size > this.limit) {
+      this.overflow = true;
+      this.chunks = [];
+    } else this.chunks.push(chunk);
+  }
+  /** The whole body, or `null` when it was over the limit (stored without a body). */
+  body(): Uint8Array | null {
+    return this.overflow ? null : concat(this.chunks, this.size);
+  }
+}
+
+const NOT_YET = Symbol('not yet');
 
 /**
- * Pass the body on chunk by chunk while recording it, and end it only once the response
- * is stored (or released), so that a client which has seen the whole response always gets
- * the replay on retry. Not `tee()`: a branch nobody reads would buffer without bound, and
- * a tee cannot hold back the end. Over `maxResponseBytes` the record completes without a
- * body; a failing source releases the claim (as a thrown error does); a reader that goes
- * away first (the client disconnected) completes it without a body: the handler did run,
- * so a retry must not run it again.
+ * Read what the body has ready within one turn of the event loop. A body made from a
+ * string, bytes or a Blob is whole by then, so it is stored before the response goes out
+ * and sent as plain bytes; a body still being produced (a stream) is not, and is recorded
+ * as it streams (`streamOn`). With `untilEnd` (the client is gone: no one will read the
+ * body) it reads to the end, or until the body is over the limit.
  */
-function recordStream(source: ReadableStream<Uint8Array>, claim: HttpClaim, head: Head): ReadableStream<Uint8Array> {
-  const reader = source.getReader();
-  let chunks: Uint8Array[] = [];
-  let size = 0;
-  let overflow = false;
+async function readReady(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  recording: Recording,
+  untilEnd: boolean,
+): Promise<{ done: boolean; sent: Uint8Array[]; pending?: Promise<Read> }> {
+  const sent: Uint8Array[] = [];
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const turn = untilEnd ? undefined : new Promise<typeof NOT_YET>((resolve) => (timer = setTimeout(resolve, 0, NOT_YET)));
+  try {
+    for (;;) {
+      const pending = reader.read();
+      const result = turn ? await Promise.race([pending, turn]) : await pending;
+      if (result === NOT_YET) return { done: false, sent, pending };
+      if (result.done) return { done: true, sent };
+      sent.push(result.value);
+      recording.add(result.value); // no one else has seen this chunk yet: no copy
+      if (recording.overflow) return { done: false, sent };
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Pass the rest of the body on chunk by chunk while recording it, and end it only once
+ * the response is stored (or released), so that a client which has seen the whole
+ * response always gets the replay on retry. Not `tee()`: a branch nobody reads would
+ * buffer without bound, and a tee cannot hold back the end. Over `maxResponseBytes` the
+ * record completes without a body; a failing source releases the claim (as a thrown error
+ * does); a reader that goes away first (the client disconnected) completes it without a
+ * body: the handler did run, so a retry must not run it again.
+ */
+function streamOn(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  claim: HttpClaim,
+  head: Head,
+  recording: Recording,
+  sent: Uint8Array[],
+  pending: Promise<Read> | undefined,
+): ReadableStream<Uint8Array> {
   let settled = false;
   const settle = (outcome: () => Promise<void>): Promise<void> => {
     if (settled) return Promise.resolve();
@@ -148,28 +204,27 @@ function recordStream(source: ReadableStream<Uint8Array>, claim: HttpClaim, head
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
-        let result: Awaited<ReturnType<typeof reader.read>>;
+        if (sent.length > 0) {
+          controller.enqueue(sent.shift()!);
+          return;
+        }
+        let result: Read;
         try {
-          result = await reader.read();
+          result = await (pending ?? reader.read());
         } catch (error) {
           await settle(() => claim.fail(error));
           controller.error(error);
           return;
+        } finally {
+          pending = undefined;
         }
         if (result.done) {
-          await settle(() => claim.finish({ ...head, body: overflow ? null : concat(chunks, size) }));
+          await settle(() => claim.finish({ ...head, body: recording.body() }));
           controller.close();
           return;
         }
-        const chunk = result.value;
-        if (!overflow) {
-          size += chunk.byteLength;
-          if (size > claim.maxResponseBytes) {
-            overflow = true;
-            chunks = [];
-          } else chunks.push(chunk.slice()); // a copy: the reader may reuse its buffer
-        }
-        controller.enqueue(chunk);
+        recording.add(result.value.slice()); // a copy: the consumer may reuse the buffer
+        controller.enqueue(result.value);
       },
       async cancel(reason) {
         void settle(() => claim.finish({ ...head, body: null }));
@@ -181,10 +236,9 @@ function recordStream(source: ReadableStream<Uint8Array>, claim: HttpClaim, head
 }
 
 /**
- * Record the handler's response for replay and return the one to send. A body-less
- * response is stored at once. A body is recorded as it streams out (`recordStream`), or,
- * when the client has already gone (`signal` aborted: no one will read it), read here so
- * the answer is still stored and a retry replays it.
+ * Record the handler's response for replay and return the one to send (see `readReady`
+ * and `streamOn`). When the client has already gone (`signal` aborted), the body is read
+ * here, so that the answer is still stored and a retry replays it.
  */
 export async function recordResponse(response: Response, claim: HttpClaim, signal: AbortSignal | undefined): Promise<Response> {
   // Not `instanceof`: a server may swap in its own Response class (@hono/node-server does).
@@ -194,23 +248,26 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     throw error;
   }
   const head: Head = { status: response.status, headers: headersRecord(response.headers) };
-  const source = response.body;
-  if (source === null) {
+  if (response.body === null) {
     await claim.finish({ ...head, body: EMPTY });
     return response;
   }
-  if (signal?.aborted) {
-    let bytes: Uint8Array | null;
-    try {
-      bytes = await readStream(source, claim.maxResponseBytes, 'null');
-    } catch (error) {
-      await claim.fail(error);
-      throw error;
-    }
-    await claim.finish({ ...head, body: bytes });
-    return new Response(bytes as ResponseBody, response);
+  const reader = response.body.getReader();
+  const recording = new Recording(claim.maxResponseBytes);
+  let ready;
+  try {
+    ready = await readReady(reader, recording, signal?.aborted === true);
+  } catch (error) {
+    await claim.fail(error);
+    throw error;
   }
-  return new Response(recordStream(source, claim, head), response);
+  if (ready.done || (signal?.aborted && recording.overflow)) {
+    if (!ready.done) reader.cancel().catch(() => undefined);
+    const body = recording.body();
+    await claim.finish({ ...head, body });
+    return new Response(body as ResponseBody, response);
+  }
+  return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), response);
 }
 
 /** Stop renewing the claim's lease once the client is gone (the handler may still finish). */

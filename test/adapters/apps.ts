@@ -395,6 +395,7 @@ function fetchApp(options: AppOptions, calls: Calls): http.Server {
       const chunks = answers.stream(calls.hit('stream'));
       const body = new ReadableStream<Uint8Array>({
         async pull(controller) {
+          await sleep(5); // produced over time, as a real stream is: recorded as it streams
           const { done, value } = await chunks[Symbol.asyncIterator]().next();
           if (done) controller.close();
           else controller.enqueue(new TextEncoder().encode(value as string));
@@ -456,7 +457,10 @@ function honoApp(options: AppOptions, calls: Calls): http.Server {
     c.status(201);
     c.header('content-type', 'text/plain');
     return honoStream(c, async (out) => {
-      for await (const chunk of answers.stream(n)) await out.write(chunk as string);
+      for await (const chunk of answers.stream(n)) {
+        await out.sleep(5); // produced over time, as a real stream is: recorded as it streams
+        await out.write(chunk as string);
+      }
     });
   });
   app.post('/echo-body', async (c) => c.json({ body: await c.req.json(), n: calls.hit('echo-body') }));
