@@ -17,7 +17,11 @@
 import { Idempotency, type IdempotencyOptions } from '../src/http.js';
 import { abandonOnAbort, readRequestBody, recordResponse, requestInfo, toResponse } from './web.js';
 
-/** Every option of the HTTP layer; `scope` and `fingerprint` receive the `Request`. */
+/**
+ * Every option of the HTTP layer; `scope` and `fingerprint` receive the `Request`. `scope`
+ * is required (the fetch API has no convention for the authenticated user): the user or
+ * tenant id, or `'shared'` for one key space for every client.
+ */
 export type FetchIdempotencyOptions<Req extends Request = Request> = IdempotencyOptions<Req>;
 
 /** A fetch-style handler: a `Request` (and whatever the platform passes after it) to a `Response`. */
@@ -37,7 +41,11 @@ export function withIdempotency<Req extends Request = Request, Rest extends unkn
   options: FetchIdempotencyOptions<Req> | Idempotency<Req>,
 ): (request: Req, ...rest: Rest) => Promise<Response> {
   if (typeof handler !== 'function') throw new TypeError(`Expected \`handler\` to be a function, got ${String(handler)}`);
-  const layer = options instanceof Idempotency ? options : new Idempotency<Req>(options);
+  // The fetch API has no convention for the authenticated user: `scope` is required.
+  const layer =
+    options instanceof Idempotency
+      ? options
+      : new Idempotency<Req>(options, { name: 'idempotency-kit/fetch', scopeExample: '(request) => session(request).userId' });
 
   return async function idempotency(request: Req, ...rest: Rest): Promise<Response> {
     if (!layer.covers(request.method)) return handler(request, ...rest);

@@ -4,28 +4,46 @@
  * @module
  * @example
  * import { Hono } from 'hono';
+ * import { jwt } from 'hono/jwt';
  * import { createStore } from 'idempotency-kit';
  * import { idempotency } from 'idempotency-kit/hono';
  *
  * const app = new Hono();
+ * app.use('/orders/*', jwt({ secret: process.env.JWT_SECRET!, alg: 'HS256' }));
+ * // Each user's keys are their own (jwtPayload.sub); see `scope` to choose otherwise.
  * app.use('/orders/*', idempotency({ store: createStore('redis://127.0.0.1:6379') }));
  * app.post('/orders', async (c) => c.json({ id: 42, ...(await c.req.json()) }, 201));
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
-import { Idempotency, type IdempotencyOptions } from '../src/http.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
 import { abandonOnAbort, assertDeclaredLength, readRequestBody, recordResponse, requestInfo, toResponse } from './web.js';
 
 /** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
 export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;
 
 /**
- * Protect the handlers after it. Place it after authentication (so that `scope` can read
- * the principal) and before the handlers; a validator before it is fine too (the layer
+ * Without `scope`: the principal Hono's auth middleware leaves on the context, the JWT
+ * middleware's `jwtPayload.sub` (hono/jwt, hono/jwk), else a `user` variable's `id` or
+ * `sub` (as session middleware such as Better Auth's examples set it).
+ */
+const honoDefaults: AdapterDefaults<Context> = {
+  name: 'idempotency-kit/hono',
+  principal: (c) => {
+    const payload = c.get('jwtPayload') as { sub?: unknown } | undefined;
+    return payload?.sub ?? userIdentity(c.get('user'));
+  },
+  principalSource: "c.get('jwtPayload').sub, c.get('user').id and c.get('user').sub",
+  scopeExample: "(c) => c.get('jwtPayload').sub",
+};
+
+/**
+ * Protect the handlers after it. Place it after authentication (the key space is the
+ * authenticated principal's unless `scope` says otherwise) and before the handlers; a validator before it is fine too (the layer
  * then fingerprints the body Hono kept). Errors the handlers throw release the key (a
  * retry runs again) whatever your `app.onError` answers.
  */
 export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions<E> | Idempotency<Context<E>>): MiddlewareHandler<E> {
-  const layer = options instanceof Idempotency ? options : new Idempotency<Context<E>>(options);
+  const layer = options instanceof Idempotency ? options : new Idempotency<Context<E>>(options, honoDefaults as AdapterDefaults<Context<E>>);
 
   const readBody = async (c: Context<E>): Promise<Uint8Array> => {
     const request = c.req.raw;

@@ -18,8 +18,8 @@
  */
 import { Readable } from 'node:stream';
 import type { Context, Middleware, Next } from 'koa';
-import { Idempotency, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { assertDeclaredLength, bodyConsumed, captureStream, keyHeaderLines, readBody, restoreBody } from './node.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
+import { assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, keyHeaderLines, readBody, restoreBody } from './internal/node-io.js';
 
 /** Every option of SPEC §6; `scope` and `fingerprint` get the Koa context. */
 export type KoaIdempotencyOptions = IdempotencyOptions<Context>;
@@ -86,6 +86,9 @@ async function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> 
 }
 
 function respond(ctx: Context, response: { status: number; headers: Record<string, string | string[]>; body: Uint8Array }): void {
+  // A 413 (or a 400 sent before the body was read): drain before closing, so a client
+  // still sending gets the answer instead of a reset.
+  endAfterDrain(ctx.req, ctx.res);
   ctx.status = response.status;
   ctx.set(response.headers);
   if (response.body.byteLength === 0 && !('content-type' in response.headers)) {
@@ -97,13 +100,21 @@ function respond(ctx: Context, response: { status: number; headers: Record<strin
   ctx.body = Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength);
 }
 
+/** Without `scope`: the user that koa-jwt and koa-passport leave on `ctx.state.user`. */
+const koaDefaults: AdapterDefaults<Context> = {
+  name: 'idempotency-kit/koa',
+  principal: (ctx) => userIdentity((ctx.state as { user?: unknown } | undefined)?.user),
+  principalSource: 'ctx.state.user.id and ctx.state.user.sub',
+  scopeExample: '(ctx) => ctx.state.user.id',
+};
+
 /**
  * Protect the middleware after it. Place it after authentication (so `scope` can read the
  * tenant) and before or after `@koa/bodyparser`: after it, the parsed body is fingerprinted;
  * before it, the body is read here and left readable for the parser.
  */
 export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context>): Middleware {
-  const layer = options instanceof Idempotency ? options : new Idempotency<Context>(options);
+  const layer = options instanceof Idempotency ? options : new Idempotency<Context>(options, koaDefaults);
 
   return async function idempotency(ctx: Context, next: Next): Promise<void> {
     if (!layer.covers(ctx.method)) {

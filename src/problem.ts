@@ -19,6 +19,7 @@ const titles: Record<string, string> = {
   'response-not-replayable': 'The original response cannot be replayed',
   'store-unavailable': 'Idempotency store unavailable',
   'body-too-large': 'Request body too large',
+  'scope-required': 'Idempotency keys have no scope on this server',
 };
 
 /** The problem `type` URI for a code; docs/errors.md has one heading per code. */

@@ -20,7 +20,7 @@ export async function createServer({ store, payments }: DemoDeps): Promise<http.
       res.status(422).json({ error: (error as Error).message });
     }
   };
-  app.post('/accounts/:id/debits', idempotency({ store }), debit);
+  app.post('/accounts/:id/debits', idempotency({ store, scope: (req) => String(req.params.id) }), debit);
   app.post('/unprotected/accounts/:id/debits', debit);
   app.post('/accounts/:id/reset', (req, res) => {
     payments.reset(req.params.id);

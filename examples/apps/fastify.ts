@@ -14,7 +14,7 @@ interface AccountRoute {
 
 export async function createServer({ store, payments }: DemoDeps): Promise<http.Server> {
   const app = Fastify();
-  await app.register(idempotency, { store });
+  await app.register(idempotency, { store, scope: (request) => (request.params as { id?: string }).id });
 
   const debit = async (request: { params: { id: string }; body: AccountRoute['Body'] }, reply: FastifyReply) => {
     const accountId = request.params.id;

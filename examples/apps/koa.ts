@@ -25,7 +25,7 @@ export async function createServer({ store, payments }: DemoDeps): Promise<http.
       ctx.body = { error: (error as Error).message };
     }
   };
-  router.post('/accounts/:id/debits', idempotency({ store }), debit);
+  router.post('/accounts/:id/debits', idempotency({ store, scope: (ctx) => ctx.params.id }), debit);
   router.post('/unprotected/accounts/:id/debits', debit);
   router.post('/accounts/:id/reset', (ctx) => {
     payments.reset(ctx.params.id!);

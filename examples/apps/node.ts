@@ -44,7 +44,8 @@ export async function createServer({ store, payments }: DemoDeps): Promise<http.
   };
   const protectedDebit = withIdempotency<http.IncomingMessage & { accountId?: string }>(
     (req, res) => debit(req, res, req.accountId!),
-    { store },
+    // Keys are per account: the same key on two accounts is two debits.
+    { store, scope: (req) => req.accountId },
   );
 
   return http.createServer(async (req, res) => {

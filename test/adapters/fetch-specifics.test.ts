@@ -32,7 +32,7 @@ describe('fetch adapter specifics', () => {
         seen.push(request, context, request.nextUrl.pathname, await request.json());
         return Response.json({ ok: true }, { status: 201 });
       },
-      { store: memoryStore() },
+      { store: memoryStore(), scope: 'shared' },
     );
     const request = new PlatformRequest(post('/orders/7', randomUUID(), { sku: 'A1' }));
     const context = { params: { id: '7' } };
@@ -46,6 +46,7 @@ describe('fetch adapter specifics', () => {
     const events: IdempotencyEvent[] = [];
     const handler = withIdempotency(async () => ({ status: 'not a response' }) as unknown as Response, {
       store: memoryStore(),
+      scope: 'shared',
       onEvent: (e) => events.push(e),
     });
     await expect(handler(post('/x', 'k1', {}))).rejects.toThrow(/Expected the handler to return a Response, got object/);
@@ -60,7 +61,7 @@ describe('fetch adapter specifics', () => {
         runs++;
         return new Response(new Blob(['created']).stream(), { status: 201, headers: { 'content-type': 'text/plain' } });
       },
-      { store },
+      { store, scope: 'shared' },
     );
     const controller = new AbortController();
     controller.abort();
@@ -83,7 +84,7 @@ describe('fetch adapter specifics', () => {
         });
         return new Response(stream, { status: 200 });
       },
-      { store: memoryStore() },
+      { store: memoryStore(), scope: 'shared' },
     );
     const key = randomUUID();
     const reader = (await handler(post('/ticks', key, {}))).body!.getReader();
@@ -97,7 +98,13 @@ describe('fetch adapter specifics', () => {
   });
 
   it('rejects a handler that is not a function', () => {
-    expect(() => withIdempotency(undefined as never, { store: memoryStore() })).toThrow(/Expected `handler` to be a function/);
+    expect(() => withIdempotency(undefined as never, { store: memoryStore(), scope: 'shared' })).toThrow(/Expected `handler` to be a function/);
+  });
+
+  it('security: without `scope` it refuses to start (no user convention), and says what to write', () => {
+    expect(() => withIdempotency(async () => new Response(), { store: memoryStore() })).toThrow(
+      /Expected `scope`.*idempotency-kit\/fetch.*scope: \(request\) => .*scope: 'shared'/,
+    );
   });
 
   it('requestTarget: path and query of an absolute URL, without the fragment', () => {
@@ -115,7 +122,7 @@ describe('Hono adapter specifics', () => {
       c.set('jwtPayload', { sub: c.req.header('x-user') ?? 'nobody' });
       await next();
     });
-    app.use(idempotency({ store: memoryStore(), scope: (c) => c.get('jwtPayload').sub }));
+    app.use(idempotency({ store: memoryStore(), scope: (c) => (c.get('jwtPayload') as { sub: string }).sub }));
     app.post('/orders', (c) => c.json({ n: ++n }, 201));
     const key = randomUUID();
     // Each body is read before the next request, as a server sends it: the record completes
@@ -134,7 +141,7 @@ describe('Hono adapter specifics', () => {
       await c.req.json(); // as a validator does
       await next();
     });
-    app.use(idempotency({ store: memoryStore() }));
+    app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
     app.post('/orders', async (c) => c.json({ n: ++n, body: await c.req.json() }, 201));
     const key = randomUUID();
     const first = await app.request(post('/orders', key, { a: 1, b: 2 }));
@@ -154,7 +161,7 @@ describe('Hono adapter specifics', () => {
 
   it('per route: only the routes given the middleware are covered; the handler reads c.req.raw itself', async () => {
     const app = new Hono();
-    const once = idempotency({ store: memoryStore() });
+    const once = idempotency({ store: memoryStore(), scope: 'shared' });
     let n = 0;
     app.post('/payments', once, async (c) => c.json({ n: ++n, raw: await c.req.raw.text() }, 201));
     app.post('/notes', (c) => c.json({ n: ++n }, 201));
@@ -168,7 +175,7 @@ describe('Hono adapter specifics', () => {
   it('H10: an error answered by app.onError with a 4xx still releases the key', async () => {
     const app = new Hono();
     let runs = 0;
-    app.use(idempotency({ store: memoryStore() }));
+    app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
     app.post('/fail', () => {
       runs++;
       throw new Error('nope');
@@ -183,7 +190,7 @@ describe('Hono adapter specifics', () => {
 
   it('H11: headers set with c.header are replayed by the allow-list, cookies never', async () => {
     const app = new Hono();
-    app.use(idempotency({ store: memoryStore() }));
+    app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
     app.post('/orders', (c) => {
       c.header('location', '/orders/1');
       c.header('set-cookie', 'a=1');
