@@ -7,11 +7,12 @@
  * it fails, since `npm ci` installs both.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, send } from './client.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -78,6 +79,38 @@ function freePort(): Promise<number> {
   });
 }
 
+/** The ts block under `heading` in docs/adapters/fetch.md, importing the package from dist/ (as installed). */
+function docsBlock(heading: string): string {
+  const page = readFileSync(join(root, 'docs/adapters/fetch.md'), 'utf8');
+  const code = /```ts\n([\s\S]*?)```/.exec(page.slice(page.indexOf(`${heading}\n`)))?.[1];
+  if (!code) throw new Error(`docs/adapters/fetch.md has no ts block under "${heading}"`);
+  return code
+    .replace(/from 'idempotency-kit'/g, `from ${JSON.stringify(join(root, 'dist/index.js'))}`)
+    .replace(/from 'idempotency-kit\/(\w+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'dist/adapters', `${name}.js`))}`);
+}
+const docsDir = join(root, 'node_modules', '.cache', `idempotency-runtimes-${randomUUID().slice(0, 8)}`);
+afterAll(() => rmSync(docsDir, { recursive: true, force: true }));
+
+/** Start `args` on the runtime and wait until it accepts connections on `port`. */
+async function startOn(binary: string, args: string[], port: number) {
+  const child = spawn(binary, args, { cwd: root, env: { ...process.env, NO_COLOR: '1', PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (chunk) => (output += chunk));
+  child.stderr.on('data', (chunk) => (output += chunk));
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}:\n${output}`);
+    const open = await new Promise<boolean>((resolve) => {
+      const socket = net.connect(port, '127.0.0.1');
+      socket.once('connect', () => resolve(!socket.destroy()));
+      socket.once('error', () => resolve(false));
+    });
+    if (open) return { child, output: () => output };
+    if (Date.now() > deadline) throw new Error(`not listening within 20 s:\n${output}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
 const json = (body: unknown, key?: string, path = '/orders', headers?: Record<string, string>) => ({ path, key, body, headers });
 
 for (const [name, runtime] of Object.entries(runtimes)) {
@@ -139,6 +172,29 @@ for (const [name, runtime] of Object.entries(runtimes)) {
       const replay = await send(url, json({}, `${name}-5`, '/stream'));
       expect(replay.text).toBe(first.text);
       expect(replay.headers['idempotent-replayed']).toBe('true');
+    });
+
+    it.runIf(name === 'bun')('docs/adapters/fetch.md: the Bun.serve example runs as written (H6 H7 H2 H15)', async () => {
+      mkdirSync(docsDir, { recursive: true });
+      const file = join(docsDir, 'bun-server.ts');
+      writeFileSync(file, docsBlock('## Bun.serve and Deno.serve'));
+      const port = await freePort();
+      const { child, output } = await startOn(runtime.binary!, [file], port);
+      try {
+        const server = `http://127.0.0.1:${port}`;
+        const order = { path: '/orders', key: '8e03978e', body: { sku: 'A1' } };
+        const first = await send(server, order);
+        expect(first.status, output()).toBe(201);
+        expect(first.json()).toEqual({ id: 1, sku: 'A1' });
+        expect(first.headers.location).toBe('/orders/1');
+        const again = await send(server, order);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.body.equals(first.body)).toBe(true);
+        expectProblem(await send(server, { path: '/orders', body: { sku: 'A1' } }), 400, 'key-missing');
+        expect((await send(server, { ...order, headers: { 'x-account-id': 'acct_2' } })).json()).toEqual({ id: 2, sku: 'A1' });
+      } finally {
+        child.kill('SIGTERM');
+      }
     });
 
     it('H10: a thrown error releases the key: the retry runs again', async () => {
