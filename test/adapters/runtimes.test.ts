@@ -102,7 +102,10 @@ async function startOn(binary: string, args: string[], port: number) {
     if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}:\n${output}`);
     const open = await new Promise<boolean>((resolve) => {
       const socket = net.connect(port, '127.0.0.1');
-      socket.once('connect', () => resolve(!socket.destroy()));
+      socket.once('connect', () => {
+        socket.destroy();
+        resolve(true);
+      });
       socket.once('error', () => resolve(false));
     });
     if (open) return { child, output: () => output };
