@@ -16,7 +16,7 @@
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
 import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
-import { abandonOnAbort, assertDeclaredLength, readRequestBody, recordResponse, requestInfo, toResponse } from './web.js';
+import { abandonOnAbort, assertDeclaredLength, consumeBody, recordResponse, requestInfo, toResponse, withBody } from './web.js';
 
 /** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
 export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;
@@ -47,10 +47,16 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
 
   const readBody = async (c: Context<E>): Promise<Uint8Array> => {
     const request = c.req.raw;
-    if (!request.bodyUsed) return readRequestBody(request, layer.maxBodyBytes);
-    // Read before us (a validator): Hono keeps the body; count it by its declared length.
-    assertDeclaredLength(request.headers, layer.maxBodyBytes);
-    return new Uint8Array(await c.req.arrayBuffer());
+    if (request.bodyUsed) {
+      // Read before us (a validator): Hono keeps the body; count it by its declared length.
+      assertDeclaredLength(request.headers, layer.maxBodyBytes);
+      return new Uint8Array(await c.req.arrayBuffer());
+    }
+    // Read the request itself (through the server's fast path, where a clone would build a
+    // second body stream), then hand the handlers a request with the same bytes.
+    const bytes = await consumeBody(request, layer.maxBodyBytes);
+    c.req.raw = withBody(request, bytes);
+    return bytes;
   };
 
   return async function idempotency(c, next) {

@@ -54,15 +54,43 @@ async function readStream(stream: ReadableStream<Uint8Array>, limit: number, onO
 }
 
 /**
- * The request's body bytes, up to `limit` (beyond it, BodyTooLargeError: 413). A clone is
- * read, so the request itself stays unread: the handler gets the very object it would have
- * got (a Next.js `NextRequest` keeps its `nextUrl` and `cookies`) and reads the same bytes.
+ * Read `request`'s body, consuming it, up to `limit` bytes (beyond it, BodyTooLargeError:
+ * 413). A declared Content-Length without Transfer-Encoding is the body's exact size (an
+ * HTTP/1.1 server reads no more), so such a body is read whole through the runtime's own
+ * fast path (`arrayBuffer()`); a chunked one is read as a stream and counted.
+ */
+export async function consumeBody(request: Request, limit: number): Promise<Uint8Array> {
+  const method = request.method;
+  if (method === 'GET' || method === 'HEAD') return EMPTY;
+  const length = request.headers.get('content-length');
+  const declared = length === null ? Number.NaN : Number(length);
+  if (declared > limit) throw new BodyTooLargeError(limit);
+  if (Number.isFinite(declared) && !request.headers.has('transfer-encoding')) {
+    return declared === 0 ? EMPTY : new Uint8Array(await request.arrayBuffer());
+  }
+  if (request.body === null) return EMPTY;
+  return (await readStream(request.body, limit, 'throw'))!;
+}
+
+/**
+ * The request's body bytes, up to `limit`, leaving the request itself unread: a clone is
+ * read, so the handler gets the very object it would have got (a Next.js `NextRequest`
+ * keeps its `nextUrl` and `cookies`) and reads the same bytes.
  */
 export async function readRequestBody(request: Request, limit: number): Promise<Uint8Array> {
   assertDeclaredLength(request.headers, limit);
   if (request.body === null) return EMPTY;
-  const copy = request.clone();
-  return (await readStream(copy.body!, limit, 'throw'))!;
+  return consumeBody(request.clone(), limit);
+}
+
+/**
+ * A request like `request` whose body is `bytes`, for handlers that read a request whose
+ * body was consumed (Hono's `c.req.raw`, which handlers pass on to tRPC, auth libraries...).
+ */
+export function withBody(request: Request, bytes: Uint8Array): Request {
+  const method = request.method;
+  const body = bytes.byteLength === 0 || method === 'GET' || method === 'HEAD' ? null : bytes;
+  return new Request(request.url, { method, headers: request.headers, body: body as ResponseBody, signal: request.signal });
 }
 
 /** A flat record of the headers (repeated lines joined with ", ", as `Headers` keeps them). */

@@ -97,6 +97,23 @@ describe('fetch adapter specifics', () => {
     expect(runs).toBe(1);
   });
 
+  it('body-too-large: a chunked body (no Content-Length) is counted: 413 over the limit, the same bytes under it', async () => {
+    const handler = withIdempotency(async (request: Request) => new Response(await request.text(), { status: 201 }), {
+      store: memoryStore(),
+      scope: 'shared',
+      maxBodyBytes: 64,
+    });
+    const chunked = (text: string) =>
+      new Request('http://localhost/echo', {
+        method: 'POST',
+        headers: { 'idempotency-key': randomUUID() },
+        body: new Blob([text]).stream(),
+        duplex: 'half',
+      } as RequestInit);
+    expect(await (await handler(chunked('y'.repeat(64)))).text()).toBe('y'.repeat(64));
+    expect((await handler(chunked('y'.repeat(65)))).status).toBe(413);
+  });
+
   it('rejects a handler that is not a function', () => {
     expect(() => withIdempotency(undefined as never, { store: memoryStore(), scope: 'shared' })).toThrow(/Expected `handler` to be a function/);
   });
@@ -170,6 +187,25 @@ describe('Hono adapter specifics', () => {
     expect(await first.json()).toEqual({ n: 1, raw: '{"amount":5}' });
     expect((await app.request(post('/payments', key, { amount: 5 }))).headers.get('idempotent-replayed')).toBe('true');
     expect((await app.request(post('/notes', undefined, {}))).status).toBe(201); // not covered: no key needed
+  });
+
+  it('body-too-large: a chunked body (no Content-Length) is counted as it is read: 413 over the limit, readable under it', async () => {
+    const app = new Hono();
+    app.use(idempotency({ store: memoryStore(), scope: 'shared', maxBodyBytes: 64 }));
+    app.post('/echo', async (c) => c.text(await c.req.raw.text(), 201));
+    const chunked = (text: string, key: string) =>
+      new Request('http://localhost/echo', {
+        method: 'POST',
+        headers: { 'content-type': 'text/plain', 'idempotency-key': key },
+        body: new Blob([text]).stream(),
+        duplex: 'half',
+      } as RequestInit);
+    const small = await app.request(chunked('x'.repeat(64), randomUUID()));
+    expect(small.status).toBe(201);
+    expect(await small.text()).toBe('x'.repeat(64));
+    const big = await app.request(chunked('x'.repeat(65), randomUUID()));
+    expect(big.status).toBe(413);
+    expect(((await big.json()) as { code: string }).code).toBe('body-too-large');
   });
 
   it('H10: an error answered by app.onError with a 4xx still releases the key', async () => {
