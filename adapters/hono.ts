@@ -38,31 +38,29 @@ const honoDefaults: AdapterDefaults<Context> = {
 
 /**
  * Protect the handlers after it. Place it after authentication (the key space is the
- * authenticated principal's unless `scope` says otherwise) and before the handlers; a validator before it is fine too (the layer
- * then fingerprints the body Hono kept). Errors the handlers throw release the key (a
- * retry runs again) whatever your `app.onError` answers.
+ * authenticated principal's unless `scope` says otherwise) and before the handlers; a
+ * validator before it is fine too (the layer then fingerprints the body Hono kept). Errors
+ * the handlers throw release the key (a retry runs again) whatever `app.onError` answers.
  */
 export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions<E> | Idempotency<Context<E>>): MiddlewareHandler<E> {
   const layer = options instanceof Idempotency ? options : new Idempotency<Context<E>>(options, honoDefaults as AdapterDefaults<Context<E>>);
 
-  const readBody = async (c: Context<E>): Promise<Uint8Array> => {
-    const request = c.req.raw;
-    if (request.bodyUsed) {
-      // Read before us (a validator): Hono keeps the body; count it by its declared length.
-      assertDeclaredLength(request.headers, layer.maxBodyBytes);
-      return new Uint8Array(await c.req.arrayBuffer());
-    }
-    // Read the request itself (through the server's fast path, where a clone would build a
-    // second body stream), then hand the handlers a request with the same bytes.
-    const bytes = await consumeBody(request, layer.maxBodyBytes);
-    c.req.raw = withBody(request, bytes);
-    return bytes;
-  };
-
   return async function idempotency(c, next) {
     if (!layer.covers(c.req.method)) return next();
     const request = c.req.raw;
-    const decision = await layer.begin(requestInfo(request, layer, c, () => readBody(c)));
+    let consumed: Uint8Array | undefined;
+    const readBody = async (): Promise<Uint8Array> => {
+      if (request.bodyUsed) {
+        // Read before us (a validator): Hono keeps the body; count it by its declared length.
+        assertDeclaredLength(request.headers, layer.maxBodyBytes);
+        return new Uint8Array(await c.req.arrayBuffer());
+      }
+      // The request itself, through the server's fast path (a clone would build a second
+      // body stream); the handlers get a request with the same bytes.
+      return (consumed = await consumeBody(request, layer.maxBodyBytes));
+    };
+    const decision = await layer.begin(requestInfo(request, layer, c, readBody));
+    if (consumed !== undefined && decision.type !== 'respond') c.req.raw = withBody(request, consumed);
     if (decision.type === 'respond') return toResponse(decision.response);
     if (decision.type === 'pass') return next();
     const { claim } = decision;

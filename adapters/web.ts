@@ -141,11 +141,10 @@ export function requestInfo<Raw>(
 
 /** A replay or a problem as a `Response`. */
 export function toResponse(response: HttpResponse): Response {
-  const headers = new Headers();
-  for (const [name, value] of Object.entries(response.headers)) {
-    if (Array.isArray(value)) for (const v of value) headers.append(name, v);
-    else headers.set(name, value);
-  }
+  // A plain object (servers copy it faster than a Headers); a repeated header is joined
+  // with ", ", which HTTP allows for every header that is replayed (never Set-Cookie).
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(response.headers)) headers[name] = Array.isArray(value) ? value.join(', ') : value;
   const body = NULL_BODY_STATUSES.has(response.status) ? null : response.body;
   return new Response(body as ResponseBody, { status: response.status, headers });
 }
