@@ -20,9 +20,11 @@ export {
   IdempotencyError,
   IdempotencyKeyError,
   IdempotencyMismatchError,
+  LeaseLostError,
   ResponseNotReplayableError,
   ResultNotStorableError,
   StoreUnavailableError,
+  TransactionConflictError,
   isIdempotencyError,
   type IdempotencyErrorCode,
   type KeyInvalidReason,
@@ -38,7 +40,7 @@ export {
   type HttpRequestInfo,
   type IdempotencyOptions,
 } from './http.js';
-export { idempotent, type IdempotentOptions } from './idempotent.js';
+export { idempotent, type IdempotentOptions, type IdempotentTransactionOptions } from './idempotent.js';
 export { parseIdempotencyKey, type KeyParseResult } from './key.js';
 export { problemResponse, problemType, type HttpResponse } from './problem.js';
 export { deserializeResult, serializeResult } from './serialize.js';
@@ -53,5 +55,14 @@ export {
   type ProcessingRecord,
   type StoredResponse,
 } from './store.js';
+export {
+  inTransaction,
+  isTransactionalStore,
+  type TransactionalStore,
+  type TransactionClient,
+  type TransactionCompletion,
+  type TransactionOutcome,
+  type TransactionResponse,
+} from './transaction.js';
 // The package root also offers the URL resolver; the core modules above import no driver.
 export { createStore, type CreateStoreOptions } from '../drivers/create-store.js';
