@@ -75,6 +75,26 @@ function fingerprintOf(value: unknown): string {
 }
 
 /**
+ * With `transaction: true`: fn runs inside a transaction of the store's database and gets
+ * its client as an extra last argument; the record is completed in the same transaction
+ * before COMMIT, so fn's writes through that client and its stored result commit together
+ * or not at all. A crash at any point either leaves both (a retry replays) or neither (a
+ * retry runs fn again).
+ *
+ * - fn throws, or its result cannot be stored: rolled back, the key released, the error rethrown;
+ * - the lease ended before the commit (another caller took the key over): rolled back, LeaseLostError;
+ * - serialization failure or deadlock: fn runs again in a new transaction (bounded), then TransactionConflictError.
+ */
+export function idempotent<Arg, R, Client, This = unknown>(
+  fn: (this: This, arg: Arg, client: Client) => R,
+  options: IdempotentTransactionOptions<[Arg], Client>,
+): (this: This, arg: Arg) => Promise<Awaited<R>>;
+/** With `transaction: true` and any number of arguments before the client (annotate the client's type). */
+export function idempotent<Args extends unknown[], R, Client, This = unknown>(
+  fn: (this: This, ...args: [...Args, Client]) => R,
+  options: IdempotentTransactionOptions<Args, Client>,
+): (this: This, ...args: Args) => Promise<Awaited<R>>;
+/**
  * Wrap `fn` so that calls with the same key run it once (C1–C3). The wrapper keeps fn's
  * parameter types and returns a promise of fn's result:
  *
@@ -91,21 +111,6 @@ function fingerprintOf(value: unknown): string {
  * there for why fn still never runs twice.
  */
 export function idempotent<F extends AnyFunction>(fn: F, options: IdempotentOptions<Parameters<F>>): IdempotentFunction<F>;
-/**
- * With `transaction: true`: fn runs inside a transaction of the store's database and gets
- * its client as an extra last argument; the record is completed in the same transaction
- * before COMMIT, so fn's writes through that client and its stored result commit together
- * or not at all. A crash at any point either leaves both (a retry replays) or neither (a
- * retry runs fn again).
- *
- * - fn throws, or its result cannot be stored: rolled back, the key released, the error rethrown;
- * - the lease ended before the commit (another caller took the key over): rolled back, LeaseLostError;
- * - serialization failure or deadlock: fn runs again in a new transaction (bounded), then TransactionConflictError.
- */
-export function idempotent<Args extends unknown[], R, Client, This = unknown>(
-  fn: (this: This, ...args: [...Args, Client]) => R,
-  options: IdempotentTransactionOptions<Args, Client>,
-): (this: This, ...args: Args) => Promise<Awaited<R>>;
 export function idempotent<F extends AnyFunction>(
   fn: F,
   options: IdempotentOptions<Parameters<F>> | IdempotentTransactionOptions<Parameters<F>, unknown>,
