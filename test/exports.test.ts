@@ -12,7 +12,7 @@ const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as {
 };
 
 const expected: Record<string, string[]> = {
-  '.': ['createStore', 'createIdempotency', 'idempotent', 'isIdempotencyError', 'IdempotencyError', 'IdempotencyMismatchError', 'IdempotencyConflictError'],
+  '.': ['createStore', 'createIdempotency', 'idempotent', 'isIdempotencyError', 'IdempotencyError', 'IdempotencyMismatchError', 'IdempotencyConflictError', 'inTransaction', 'LeaseLostError', 'TransactionConflictError'],
   './node': ['withIdempotency'],
   './express': ['idempotency'],
   './fastify': ['idempotency'],
