@@ -75,6 +75,15 @@ const sqlState = (error: unknown): string | undefined => {
   const code = (error as { code?: unknown } | null)?.code;
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
 };
+/**
+ * The connection, not the statement, failed: no answer (reset, timeout), a connection
+ * exception (class 08) or the server shutting the session down (57P01–57P05). A COMMIT that
+ * fails this way may or may not have landed.
+ */
+const connectionLost = (error: unknown): boolean => {
+  const code = sqlState(error);
+  return code === undefined || code.startsWith('08') || code.startsWith('57P');
+};
 
 /** Fails with the store's own error type: the connection, not the handler, went wrong. */
 class ConnectionFailure extends Error {}
@@ -112,7 +121,11 @@ export function createTransaction(options: PostgresTransactionOptions, context: 
     completion?: TransactionCompletion<T>,
   ): Promise<TransactionOutcome<T>> {
     for (let attempt = 1; ; attempt++) {
-      await context.ready();
+      try {
+        await context.ready();
+      } catch (error) {
+        throw new StoreUnavailableError(error);
+      }
       const client = await connect();
       // A connection in an unknown state (a statement timed out or failed on the wire) is
       // destroyed, never pooled: the server then rolls back whatever it still holds.
@@ -127,8 +140,9 @@ export function createTransaction(options: PostgresTransactionOptions, context: 
         try {
           return await bounded(client.query(text, values), what);
         } catch (error) {
-          if (sqlState(error) === undefined) broken = true;
-          throw sqlState(error) === undefined ? new ConnectionFailure(String(error), { cause: error }) : error;
+          if (!connectionLost(error)) throw error;
+          broken = true;
+          throw new ConnectionFailure(String(error), { cause: error });
         }
       };
       try {

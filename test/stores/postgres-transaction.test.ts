@@ -189,6 +189,68 @@ describe.skipIf(!available)('PostgreSQL: effect and record in one transaction', 
     await once.close();
   });
 
+  /** A pool whose clients run `atCommit(client, commit)` in place of COMMIT: fault injection on the real database. */
+  const poolWithCommit = (atCommit: (commit: () => Promise<unknown>, pid: number) => Promise<unknown>) => {
+    const faulty = new pg.Pool({ connectionString: POSTGRES_URL, max: 3 });
+    faulty.on('error', () => undefined);
+    faulty.on('connect', (client) => {
+      const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
+      const pid = (client as unknown as { processID: number }).processID;
+      (client as unknown as { query: unknown }).query = (...args: unknown[]) =>
+        args[0] === 'COMMIT' ? atCommit(() => query(...args), pid) : query(...args);
+    });
+    return faulty;
+  };
+
+  it('the connection dies at COMMIT (backend terminated): nothing committed, the key is released, StoreUnavailableError', async () => {
+    let armed = true;
+    const faulty = poolWithCommit(async (commit, pid) => {
+      if (armed) {
+        armed = false;
+        await pool.query('SELECT pg_terminate_backend($1)', [pid]);
+      }
+      return commit();
+    });
+    const store = postgresStore({ pool: faulty, table: records });
+    const order = idempotent(
+      async (id: string, client) => (await client.query(`INSERT INTO "${orders}" (key, amount) VALUES ($1, 3) RETURNING id`, [id])).rows[0].id as number,
+      { store, key: (id) => id, transaction: true },
+    );
+    const error = await order('e').catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'store-unavailable', retryable: true });
+    expect(await count('e')).toBe(0);
+    // Released: the retry runs and commits.
+    expect(await order('e')).toEqual(expect.any(Number));
+    expect(await count('e')).toBe(1);
+    await store.close();
+    await faulty.end();
+  });
+
+  it('COMMIT lands but its answer is lost: the store reads the record under its row lock, sees it completed by this claim, and returns the result', async () => {
+    let armed = true;
+    const faulty = poolWithCommit(async (commit) => {
+      const result = await commit();
+      if (!armed) return result;
+      armed = false;
+      throw Object.assign(new Error('Connection terminated unexpectedly'), { code: undefined });
+    });
+    const store = postgresStore({ pool: faulty, table: records });
+    let runs = 0;
+    const order = idempotent(
+      async (id: string, client) => {
+        runs++;
+        return (await client.query(`INSERT INTO "${orders}" (key, amount) VALUES ($1, 4) RETURNING id`, [id])).rows[0].id as number;
+      },
+      { store, key: (id) => id, transaction: true },
+    );
+    const id = await order('f');
+    expect(await order('f')).toBe(id);
+    expect(runs).toBe(1);
+    expect(await count('f')).toBe(1);
+    await store.close();
+    await faulty.end();
+  });
+
   it('a store made from a URL runs transactions on its own pool; a store without transactions is refused with a TypeError', async () => {
     const store = postgresStore({ url: POSTGRES_URL, table: records });
     const order = idempotent(
