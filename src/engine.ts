@@ -293,7 +293,7 @@ export class Lease {
       this.#completing = false;
       if (error instanceof LeaseLostError) {
         this.#settled = true;
-        this.#loseLease('complete');
+        if (!this.#lost) this.#loseLease('complete'); // a failed renewal may have reported it already
         throw error;
       }
       // Rolled back (or, after a failed COMMIT, known not to have landed): free the key so

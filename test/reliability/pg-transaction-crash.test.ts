@@ -11,7 +11,7 @@
  * path (autocommit write, then the record's completion) hits its window on every kill
  * between the two: that order is written twice. That is what the transaction closes.
  *
- * PG_TX_CRASH_RUNS (default 200), PG_TX_CRASH_PLAIN_RUNS (default 24), PG_TX_CRASH_LANES
+ * PG_TX_CRASH_RUNS (default 200), PG_TX_CRASH_PLAIN_RUNS (default 16), PG_TX_CRASH_LANES
  * (default 6, processes killed in parallel), PG_TX_CRASH_SEED (to replay a schedule),
  * PG_TX_CRASH_DEBUG=1 (per-run timings).
  */
@@ -32,7 +32,7 @@ const SOURCE = fileURLToPath(new URL('./fixtures/pg-transaction-worker.ts', impo
 // (about a third of the CPU of loading the sources through tsx).
 const WORKER = fileURLToPath(new URL(`../../node_modules/.cache/ik-pg-tx-worker-${randomUUID().slice(0, 8)}.mjs`, import.meta.url));
 const RUNS = Number(process.env.PG_TX_CRASH_RUNS ?? 200);
-const PLAIN_RUNS = Number(process.env.PG_TX_CRASH_PLAIN_RUNS ?? 24);
+const PLAIN_RUNS = Number(process.env.PG_TX_CRASH_PLAIN_RUNS ?? 16);
 const LANES = Number(process.env.PG_TX_CRASH_LANES ?? 6);
 const SEED = Number(process.env.PG_TX_CRASH_SEED ?? Math.floor(Math.random() * 2 ** 31));
 // Short, so a retry after a kill mid-job waits little; renewals every third of it keep a
