@@ -162,6 +162,45 @@ describe.skipIf(!available)('inTransaction(req): the response is stored in the h
     });
   }
 
+  it('without a key where keys are optional, work runs in a plain transaction; a store without transactions is a TypeError in the handler', async () => {
+    const run = async (options: Parameters<typeof expressIdempotency>[0]) => {
+      const app = express();
+      app.use(express.json());
+      app.use(expressIdempotency(options));
+      app.post('/orders', async (req, res) => {
+        const response = await inTransaction<pg.PoolClient>(req, work('no-key', req.body as Order)).catch((error: Error) => ({
+          status: 500,
+          headers: {},
+          body: new Uint8Array(Buffer.from(error.message)),
+        }));
+        res.status(response.status).set(response.headers).send(Buffer.from(response.body));
+      });
+      const server = http.createServer(app);
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise((r) => server.close(r)) };
+    };
+    const optional = await run({ store, required: false });
+    try {
+      const sku = randomUUID();
+      const reply = await send(optional.url, { path: '/orders', body: { sku } });
+      expect(reply.status, reply.text).toBe(201);
+      expect(Number((await pool.query(`SELECT count(*) AS n FROM "${orders}" WHERE sku = $1`, [sku])).rows[0].n)).toBe(1);
+    } finally {
+      await optional.close();
+    }
+    const { memoryStore } = await import('../../drivers/memory.js');
+    const memory = memoryStore();
+    const wrong = await run({ store: memory });
+    try {
+      const reply = await send(wrong.url, { path: '/orders', key: randomUUID(), body: { sku: 'tea' } });
+      expect(reply.status).toBe(500);
+      expect(reply.text).toMatch(/needs a store that runs transactions \(postgresStore/);
+    } finally {
+      await wrong.close();
+      await memory.close();
+    }
+  });
+
   it('inTransaction outside the middleware is a TypeError that says what to pass', async () => {
     await expect(inTransaction({}, async () => ({ status: 200 }))).rejects.toThrow(/found no idempotency middleware/);
   });
