@@ -17,7 +17,8 @@ export type IdempotencyErrorCode =
   | 'body-too-large'
   | 'result-not-storable'
   | 'lease-lost'
-  | 'transaction-conflict';
+  | 'transaction-conflict'
+  | 'scope-required';
 
 export class IdempotencyError extends Error {
   override name = 'IdempotencyError';
@@ -146,6 +147,18 @@ export class TransactionConflictError extends IdempotencyError {
       retryable: true,
     });
     this.attempts = attempts;
+  }
+}
+
+/**
+ * No `scope` option was given and the request carries no authenticated user to scope its
+ * key by. Keys are never shared between clients silently (docs/semantics.md#security), so
+ * this is a configuration error of the server (500), whose message says what to write.
+ */
+export class ScopeRequiredError extends IdempotencyError {
+  override name = 'ScopeRequiredError';
+  constructor(message: string) {
+    super('scope-required', 500, message);
   }
 }
 
