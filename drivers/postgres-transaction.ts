@@ -17,6 +17,9 @@ export interface PostgresClient {
   query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount?: number | null; command?: string }>;
   /** Back to the pool; with an error or `true` the connection is destroyed instead. */
   release(destroy?: Error | boolean): void;
+  /** A `pg` client is an EventEmitter: a connection lost while checked out emits `error`. */
+  on?(event: 'error', listener: (error: Error) => void): unknown;
+  off?(event: 'error', listener: (error: Error) => void): unknown;
 }
 
 /** The application's own `pg` Pool, or anything with the same calls. */
@@ -131,9 +134,16 @@ export function createTransaction(options: PostgresTransactionOptions, context: 
       // destroyed, never pooled: the server then rolls back whatever it still holds.
       let broken = false;
       let released = false;
+      // A pool listens for errors of idle clients only: without this, a connection lost
+      // mid-transaction (server restart, pg_terminate_backend) would be an uncaught 'error'.
+      const onError = () => {
+        broken = true;
+      };
+      client.on?.('error', onError);
       const giveBack = (destroy: boolean) => {
         if (released) return;
         released = true;
+        client.off?.('error', onError);
         client.release(destroy);
       };
       const statement = async (text: string, values: unknown[], what: string) => {

@@ -64,14 +64,14 @@ describe.skipIf(!available)('inTransaction(req): the response is stored in the h
                 if (!response) return void res.writeHead(500).end();
                 res.writeHead(response.status, response.headers).end(response.body);
               },
-              { store },
+              { store, scope: 'shared' },
             ),
           ),
         );
       case 'express': {
         const app = express();
         app.use(express.json());
-        app.use(expressIdempotency({ store }));
+        app.use(expressIdempotency({ store, scope: 'shared' }));
         app.post('/orders', async (req, res) => {
           const response = await inTransaction<pg.PoolClient>(req, work(keyOf(req.headers), req.body as Order));
           res.status(response.status).set(response.headers).send(Buffer.from(response.body));
@@ -80,7 +80,7 @@ describe.skipIf(!available)('inTransaction(req): the response is stored in the h
       }
       case 'fastify': {
         const app = Fastify();
-        await app.register(fastifyIdempotency, { store });
+        await app.register(fastifyIdempotency, { store, scope: 'shared' });
         app.post<{ Body: Order }>('/orders', async (request, reply) => {
           const response = await inTransaction<pg.PoolClient>(request, work(keyOf(request.headers), request.body));
           return reply.code(response.status).headers(response.headers).send(Buffer.from(response.body));
@@ -98,7 +98,7 @@ describe.skipIf(!available)('inTransaction(req): the response is stored in the h
           ctx.body = Buffer.from(response.body);
         });
         app.use(bodyParser());
-        app.use(koaIdempotency({ store }));
+        app.use(koaIdempotency({ store, scope: 'shared' }));
         app.use(router.routes());
         app.silent = true;
         return listen(http.createServer(app.callback()));
@@ -179,7 +179,7 @@ describe.skipIf(!available)('inTransaction(req): the response is stored in the h
       await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
       return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => new Promise((r) => server.close(r)) };
     };
-    const optional = await run({ store, required: false });
+    const optional = await run({ store, required: false, scope: 'shared' });
     try {
       const sku = randomUUID();
       const reply = await send(optional.url, { path: '/orders', body: { sku } });
@@ -190,7 +190,7 @@ describe.skipIf(!available)('inTransaction(req): the response is stored in the h
     }
     const { memoryStore } = await import('../../drivers/memory.js');
     const memory = memoryStore();
-    const wrong = await run({ store: memory });
+    const wrong = await run({ store: memory, scope: 'shared' });
     try {
       const reply = await send(wrong.url, { path: '/orders', key: randomUUID(), body: { sku: 'tea' } });
       expect(reply.status).toBe(500);

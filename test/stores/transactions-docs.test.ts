@@ -91,7 +91,7 @@ describe.skipIf(!available)('docs/transactions.md: the examples run as written',
       const url = `http://127.0.0.1:${port}`;
       const deadline = Date.now() + 30_000;
       for (;;) {
-        const reply = await send(url, { path: '/orders', key: 'docs-1', body: { sku: 'tea' } }).catch(() => undefined);
+        const reply = await send(url, { path: '/orders', key: 'docs-1', body: { sku: 'tea' }, headers: { 'x-account-id': 'acct-1' } }).catch(() => undefined);
         if (reply) {
           expect(reply.status, reply.text).toBe(201);
           break;
@@ -100,7 +100,7 @@ describe.skipIf(!available)('docs/transactions.md: the examples run as written',
         if (Date.now() > deadline) throw new Error(`the example did not start listening:\n${proc.output()}`);
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
-      const again = await send(url, { path: '/orders', key: 'docs-1', body: { sku: 'tea' } });
+      const again = await send(url, { path: '/orders', key: 'docs-1', body: { sku: 'tea' }, headers: { 'x-account-id': 'acct-1' } });
       expect(again.status).toBe(201);
       expect(again.headers['idempotent-replayed']).toBe('true');
       expect(again.json()).toMatchObject({ sku: 'tea', id: expect.any(Number) });
