@@ -51,6 +51,7 @@ describe('package exports', () => {
         'BodyTooLargeError', 'Idempotency', 'IdempotencyConflictError', 'IdempotencyError', 'IdempotencyKeyError',
         'IdempotencyMismatchError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
         'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'isIdempotencyError',
+        'inTransaction', 'LeaseLostError', 'TransactionConflictError',
       ].sort(),
     );
     expect(keys('./node')).toEqual(['withIdempotency']);
