@@ -8,6 +8,7 @@
  */
 import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
+import { REDIS_CLUSTER_FORM, parseRedisClusterUrl } from './redis-url.js';
 
 export interface CreateStoreOptions {
   /**
@@ -32,7 +33,16 @@ export interface CreateStoreOptions {
 export type StoreTarget = string | Map<string, unknown> | object;
 
 /** The URL schemes `createStore()` understands. */
-export const SUPPORTED_SCHEMES = ['memory://', 'sqlite://', 'redis://', 'rediss://', 'postgres://', 'postgresql://'] as const;
+export const SUPPORTED_SCHEMES = [
+  'memory://',
+  'sqlite://',
+  'redis://',
+  'rediss://',
+  'redis+cluster://',
+  'rediss+cluster://',
+  'postgres://',
+  'postgresql://',
+] as const;
 
 const SUPPORTED_FORMS = [
   'memory://',
@@ -41,6 +51,7 @@ const SUPPORTED_FORMS = [
   'sqlite://:memory:',
   'redis://[user:password@]host[:port][/db]',
   'rediss://… (TLS)',
+  `${REDIS_CLUSTER_FORM} (Redis Cluster; rediss+cluster:// for TLS)`,
   'postgres://user[:password]@host[:port]/database',
   'postgresql://…',
 ];
@@ -142,6 +153,14 @@ function checkUrl(target: string, options: CreateStoreOptions): Kind {
       }
       return 'redis';
     }
+    case 'redis+cluster':
+    case 'rediss+cluster':
+      try {
+        parseRedisClusterUrl(target);
+      } catch (error) {
+        throw unsupported(shown, (error as Error).message.replace(/^Expected/, 'expected'));
+      }
+      return 'redis';
     case 'postgres':
     case 'postgresql': {
       const url = parseUrl(target, 'PostgreSQL');
