@@ -34,8 +34,8 @@ export interface RedisClusterFixture {
   cli(port: number, ...args: string[]): Promise<string>;
   /** The ports of the current primaries (from a live node's view). */
   primaries(): Promise<number[]>;
-  /** The primary port serving a hash slot. */
-  primaryOfSlot(slot: number): Promise<number>;
+  /** The primary port serving each hash slot (index = slot). */
+  slotOwners(): Promise<number[]>;
   /** SIGKILL a node (no shutdown, no goodbye to the cluster). */
   kill(port: number): void;
   /** Start a killed node again: it rejoins as a replica of whoever took over. */
@@ -220,6 +220,7 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     return text
       .trim()
       .split('\n')
+      .filter((line) => line.includes(' '))
       .map((line) => {
         const [, address, flags, , , , , , ...slots] = line.split(' ');
         return { port: Number(address!.split(':')[1]!.split('@')[0]), flags: flags!.split(','), slots };
@@ -263,15 +264,17 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     async primaries() {
       return (await clusterNodes()).filter((n) => n.flags.includes('master') && !n.flags.some((f) => f.startsWith('fail')) && n.slots.length > 0).map((n) => n.port);
     },
-    async primaryOfSlot(slot: number) {
+    async slotOwners() {
+      const owners: number[] = [];
       for (const node of await clusterNodes()) {
         if (!node.flags.includes('master') || node.flags.some((f) => f.startsWith('fail'))) continue;
         for (const range of node.slots) {
+          if (range.startsWith('[')) continue; // a slot being migrated
           const [from, to = from] = range.split('-').map(Number);
-          if (slot >= from! && slot <= to!) return node.port;
+          for (let slot = from!; slot <= to!; slot++) owners[slot] = node.port;
         }
       }
-      throw new Error(`no live primary serves slot ${slot}`);
+      return owners;
     },
     kill(port: number) {
       const node = nodes.find((n) => n.port === port);
