@@ -34,10 +34,15 @@ export interface RedisClusterFixture {
   cli(port: number, ...args: string[]): Promise<string>;
   /** The ports of the current primaries (from a live node's view). */
   primaries(): Promise<number[]>;
+  /** The ports of the live replicas of a primary. */
+  replicasOf(primary: number): Promise<number[]>;
   /** The primary port serving each hash slot (index = slot). */
   slotOwners(): Promise<number[]>;
   /** SIGKILL a node (no shutdown, no goodbye to the cluster). */
   kill(port: number): void;
+  /** SIGSTOP / SIGCONT a node: it neither reads nor answers while paused. */
+  pause(port: number): void;
+  resume(port: number): void;
   /** Start a killed node again: it rejoins as a replica of whoever took over. */
   restart(port: number): Promise<void>;
   /** Resolve when every live node says cluster_state:ok and every live replica is in sync. */
@@ -222,8 +227,8 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
       .split('\n')
       .filter((line) => line.includes(' '))
       .map((line) => {
-        const [, address, flags, , , , , , ...slots] = line.split(' ');
-        return { port: Number(address!.split(':')[1]!.split('@')[0]), flags: flags!.split(','), slots };
+        const [id, address, flags, master, , , , , ...slots] = line.split(' ');
+        return { id: id!, port: Number(address!.split(':')[1]!.split('@')[0]), flags: flags!.split(','), master: master!, slots };
       });
   };
 
@@ -264,6 +269,11 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
     async primaries() {
       return (await clusterNodes()).filter((n) => n.flags.includes('master') && !n.flags.some((f) => f.startsWith('fail')) && n.slots.length > 0).map((n) => n.port);
     },
+    async replicasOf(primary: number) {
+      const view = await clusterNodes();
+      const id = view.find((n) => n.port === primary)?.id;
+      return view.filter((n) => n.master === id && !n.flags.some((f) => f.startsWith('fail'))).map((n) => n.port);
+    },
     async slotOwners() {
       const owners: number[] = [];
       for (const node of await clusterNodes()) {
@@ -280,6 +290,12 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
       const node = nodes.find((n) => n.port === port);
       if (!node?.process) throw new Error(`no node on ${port}`);
       node.process.kill('SIGKILL');
+    },
+    pause(port: number) {
+      nodes.find((n) => n.port === port)!.process!.kill('SIGSTOP');
+    },
+    resume(port: number) {
+      nodes.find((n) => n.port === port)!.process!.kill('SIGCONT');
     },
     async restart(port: number) {
       const node = nodes.find((n) => n.port === port)!;

@@ -6,7 +6,7 @@
  * REDIS_FAILOVER_ROUNDS (default 1) sets the failovers per mode; the figures in
  * docs/drivers/redis.md come from REDIS_FAILOVER_ROUNDS=5.
  */
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import KeyvRedis, { createClient, createCluster } from '@keyv/redis';
@@ -198,6 +198,91 @@ describe.skipIf(!cluster)('redis store on a Redis Cluster (3 primaries, 3 replic
       for (const w of workers) w.child.kill();
     }
   }, 60_000);
+
+  describe('failover: an acknowledged claim the replica never received', () => {
+    // The hazard, made deterministic: pause the replica (SIGSTOP), cut the primary's link
+    // to it so nothing more reaches its socket, claim, SIGKILL the primary and resume the
+    // replica. The replica that takes over never saw the claim.
+    const hashed = (key: string) => createHash('sha256').update(key).digest('base64url');
+
+    /** Cut P's replica links, run `act` against P, SIGKILL P; resolves once its replica serves the slot. */
+    async function claimThenFailover<T>(namespace: string, key: string, act: () => Promise<T>) {
+      const owners = await cluster!.slotOwners();
+      const probe = createClient({ url: cluster!.rootNodes[0]!.url });
+      probe.on('error', () => undefined);
+      await probe.connect();
+      const slot = await probe.clusterKeySlot(`${namespace}:${hashed(key)}`);
+      await probe.close();
+      const primary = owners[slot]!;
+      const [replica] = await cluster!.replicasOf(primary);
+      expect(replica, `slot ${slot} has a replica`).toBeDefined();
+      const direct = createClient({ url: `redis://127.0.0.1:${primary}` });
+      direct.on('error', () => undefined);
+      await direct.connect();
+      cluster!.pause(replica!);
+      let outcome;
+      try {
+        await direct.sendCommand(['CLIENT', 'KILL', 'TYPE', 'replica']);
+        outcome = await act().then(
+          (value) => ({ ok: true as const, value }),
+          (error: unknown) => ({ ok: false as const, error }),
+        );
+        cluster!.kill(primary);
+      } finally {
+        cluster!.resume(replica!);
+      }
+      await direct.close().catch(() => undefined);
+      await waitUntil(async () => (await cluster!.slotOwners())[slot] === replica, 30_000);
+      return { outcome, primary, replica: replica! };
+    }
+
+    async function restore(primary: number) {
+      await cluster!.restart(primary);
+      await cluster!.waitHealthy(30_000);
+    }
+
+    it('async replication: the claim is lost and a retry runs again (a double execution)', async () => {
+      const namespace = `ik-lost-${randomUUID()}`;
+      const store = redisStore({ url: cluster!.url, namespace, timeoutMs: 1000 });
+      try {
+        const key = 'order-1';
+        await store.get(key); // connected, and the slot map is current
+        const { outcome, primary } = await claimThenFailover(namespace, key, () => store.claim(key, claimOf('first'), 60_000));
+        expect(outcome).toMatchObject({ ok: true, value: { claimed: true } });
+        let retry: Awaited<ReturnType<typeof store.claim>> | undefined;
+        await waitUntil(async () => {
+          retry = await store.claim(key, claimOf('retry'), 60_000);
+          return true;
+        }, 30_000);
+        await restore(primary);
+        expect(retry, 'the promoted replica never saw the first claim').toMatchObject({ claimed: true, record: { token: 'retry' } });
+      } finally {
+        await store.close();
+      }
+    }, 90_000);
+
+    it('waitForReplicas: the unreplicated claim is refused (the handler never runs), so a retry is the only execution', async () => {
+      const namespace = `ik-durable-${randomUUID()}`;
+      const store = redisStore({ url: cluster!.url, namespace, timeoutMs: 1000, waitForReplicas: { replicas: 1, timeoutMs: 100 } });
+      try {
+        const key = 'order-1';
+        await store.get(key);
+        const { outcome, primary } = await claimThenFailover(namespace, key, () => store.claim(key, claimOf('first'), 60_000));
+        expect(outcome).toMatchObject({ ok: false });
+        expect(String((outcome as { error: unknown }).error)).toMatch(/replicas did not acknowledge the claim \(0 of 1 within 100 ms\)/);
+        await restore(primary); // waitForReplicas needs a replica again
+        let retry: Awaited<ReturnType<typeof store.claim>> | undefined;
+        await waitUntil(async () => {
+          retry = await store.claim(key, claimOf('retry'), 60_000);
+          return true;
+        }, 30_000);
+        // The refused claim never ran the handler: the retry is the first and only execution.
+        expect(retry).toMatchObject({ claimed: true, record: { token: 'retry' } });
+      } finally {
+        await store.close();
+      }
+    }, 90_000);
+  });
 
   describe('failover: SIGKILL a primary in the middle of a 4-process race', () => {
     interface WorkerReport {
