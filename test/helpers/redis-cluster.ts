@@ -8,7 +8,7 @@
  * by SIGKILL; and a sweep at start-up of dirs left by dead owners (owner.json).
  */
 import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -132,80 +132,108 @@ function waitPort(port: number, timeoutMs: number): Promise<void> {
   });
 }
 
-export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}): Promise<RedisClusterFixture> {
-  const nodeTimeoutMs = options.nodeTimeoutMs ?? 1000;
+export interface ServerGroup {
+  dir: string;
+  nodes: ClusterNode[];
+  /** Start (or start again) a redis-server on the node's port with these extra arguments. */
+  start(node: ClusterNode, args: string[]): Promise<void>;
+  cli(port: number, ...args: string[]): Promise<string>;
+  stop(): Promise<void>;
+}
+
+/**
+ * redis-server processes in one temp dir, always torn down: by `stop()`, by a detached
+ * reaper once this process is gone (even SIGKILLed), or by the sweep of the next start.
+ */
+export async function serverGroup(count: number): Promise<ServerGroup> {
   await sweepStale();
   const dir = await mkdtemp(path.join(tmpdir(), DIR_PREFIX));
-  const ports = await freePorts(6);
-  const nodes: ClusterNode[] = ports.map((port) => ({ port, process: undefined }));
   const allPids = new Set<number>();
-  let reaper: ChildProcess | undefined;
-
   const writeOwner = () => writeFile(path.join(dir, 'owner.json'), JSON.stringify({ ownerPid: process.pid, pids: [...allPids] }));
-  const pidFile = (port: number) => path.join(dir, `${port}.pid`);
-
-  const startNode = async (node: ClusterNode) => {
-    const child = spawn(
-      'redis-server',
-      [
-        '--port', String(node.port),
-        '--bind', '127.0.0.1',
-        '--cluster-enabled', 'yes',
-        '--cluster-config-file', `nodes-${node.port}.conf`,
-        '--cluster-node-timeout', String(nodeTimeoutMs),
-        '--save', '',
-        '--appendonly', 'no',
-        '--dir', dir,
-        '--logfile', `${node.port}.log`,
-        '--pidfile', pidFile(node.port),
-        // A replica catches up at once instead of after the default 5 s diskless delay.
-        '--repl-diskless-sync', 'yes',
-        '--repl-diskless-sync-delay', '0',
-      ],
-      { stdio: 'ignore' },
-    );
-    node.process = child;
-    allPids.add(child.pid!);
-    await writeOwner();
-    await waitPort(node.port, 10_000);
-  };
-
-  const cli = async (port: number, ...args: string[]) =>
-    (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], { timeout: 5000 })).stdout;
-
+  await writeOwner();
+  // The reaper outlives a killed test process: once the owner is gone it kills the servers
+  // listed in the pid files and removes the dir. It exits by itself when the dir is gone.
+  const reaper = spawn(
+    'sh',
+    [
+      '-c',
+      `while kill -0 ${process.pid} 2>/dev/null && [ -d "$0" ]; do sleep 1; done
+       if [ -d "$0" ]; then
+         for f in "$0"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+         rm -rf "$0"
+       fi`,
+      dir,
+    ],
+    { detached: true, stdio: 'ignore' },
+  );
+  reaper.unref();
+  const nodes: ClusterNode[] = [];
+  const isRunning = (node: ClusterNode) => node.process !== undefined && node.process.exitCode === null && node.process.signalCode === null;
   const stop = async () => {
-    for (const node of nodes) {
-      if (node.process && node.process.exitCode === null) node.process.kill('SIGKILL');
-    }
     await Promise.all(
-      nodes.map((node) =>
-        node.process && node.process.exitCode === null && node.process.signalCode === null
-          ? new Promise((r) => node.process!.once('exit', r))
-          : undefined,
-      ),
+      nodes.filter(isRunning).map((node) => {
+        const exited = new Promise((r) => node.process!.once('exit', r));
+        node.process!.kill('SIGKILL');
+        return exited;
+      }),
     );
-    reaper?.kill('SIGKILL');
+    reaper.kill('SIGKILL');
     await rm(dir, { recursive: true, force: true });
   };
-
   try {
-    await writeOwner();
-    // The reaper outlives a killed test process: once the owner is gone it kills the nodes
-    // listed in owner.json and removes the dir. It exits by itself when the dir is gone.
-    reaper = spawn(
-      'sh',
-      [
-        '-c',
-        `while kill -0 ${process.pid} 2>/dev/null && [ -d "$0" ]; do sleep 1; done
-         if [ -d "$0" ]; then
-           for f in "$0"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
-           rm -rf "$0"
-         fi`,
-        dir,
-      ],
-      { detached: true, stdio: 'ignore' },
-    );
-    reaper.unref();
+    nodes.push(...(await freePorts(count)).map((port) => ({ port, process: undefined })));
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  const pidFile = (port: number) => path.join(dir, `${port}.pid`);
+  return {
+    dir,
+    nodes,
+    async start(node, args) {
+      if (isRunning(node)) throw new Error(`node ${node.port} is running`);
+      if (node.process) await rm(pidFile(node.port), { force: true });
+      const child = spawn(
+        'redis-server',
+        [
+          ...args,
+          '--port', String(node.port),
+          '--bind', '127.0.0.1',
+          '--save', '',
+          '--appendonly', 'no',
+          '--dir', dir,
+          '--logfile', `${node.port}.log`,
+          '--pidfile', pidFile(node.port),
+        ],
+        { stdio: 'ignore' },
+      );
+      node.process = child;
+      allPids.add(child.pid!);
+      await writeOwner();
+      await waitPort(node.port, 10_000);
+    },
+    async cli(port, ...args) {
+      return (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args], { timeout: 5000 })).stdout;
+    },
+    stop,
+  };
+}
+
+export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}): Promise<RedisClusterFixture> {
+  const nodeTimeoutMs = options.nodeTimeoutMs ?? 1000;
+  const group = await serverGroup(6);
+  const { dir, nodes, cli, stop } = group;
+  const ports = nodes.map((n) => n.port);
+  const startNode = (node: ClusterNode) =>
+    group.start(node, [
+      '--cluster-enabled', 'yes',
+      '--cluster-config-file', `nodes-${node.port}.conf`,
+      '--cluster-node-timeout', String(nodeTimeoutMs),
+      // A replica catches up at once instead of after the default 5 s diskless delay.
+      '--repl-diskless-sync', 'yes',
+      '--repl-diskless-sync-delay', '0',
+    ]);
+  try {
     for (const node of nodes) await startNode(node);
     await run(
       'redis-cli',
@@ -302,7 +330,6 @@ export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}
       if (node.process && node.process.exitCode === null && node.process.signalCode === null) {
         await new Promise((r) => node.process!.once('exit', r));
       }
-      if (existsSync(pidFile(port))) await rm(pidFile(port), { force: true });
       await startNode(node);
     },
     waitHealthy,
