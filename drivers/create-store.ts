@@ -8,7 +8,7 @@
  */
 import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
-import { REDIS_CLUSTER_FORM, parseRedisClusterUrl } from './redis-url.js';
+import { REDIS_CLUSTER_FORM, REDIS_SENTINEL_FORM, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
 
 export interface CreateStoreOptions {
   /**
@@ -40,6 +40,8 @@ export const SUPPORTED_SCHEMES = [
   'rediss://',
   'redis+cluster://',
   'rediss+cluster://',
+  'redis+sentinel://',
+  'rediss+sentinel://',
   'postgres://',
   'postgresql://',
 ] as const;
@@ -52,6 +54,7 @@ const SUPPORTED_FORMS = [
   'redis://[user:password@]host[:port][/db]',
   'rediss://… (TLS)',
   `${REDIS_CLUSTER_FORM} (Redis Cluster; rediss+cluster:// for TLS)`,
+  `${REDIS_SENTINEL_FORM} (Redis Sentinel)`,
   'postgres://user[:password]@host[:port]/database',
   'postgresql://…',
 ];
@@ -155,8 +158,11 @@ function checkUrl(target: string, options: CreateStoreOptions): Kind {
     }
     case 'redis+cluster':
     case 'rediss+cluster':
+    case 'redis+sentinel':
+    case 'rediss+sentinel':
       try {
-        parseRedisClusterUrl(target);
+        if (scheme.endsWith('cluster')) parseRedisClusterUrl(target);
+        else parseRedisSentinelUrl(target);
       } catch (error) {
         throw unsupported(shown, (error as Error).message.replace(/^Expected/, 'expected'));
       }

@@ -23,12 +23,14 @@ import {
 import { withTimeout } from '../src/timers.js';
 import { adapterFrom } from './keyv-input.js';
 import { assertInteger } from '../src/validate.js';
-import { isRedisClusterUrl, parseRedisClusterUrl } from './redis-url.js';
+import { isRedisClusterUrl, isRedisSentinelUrl, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
 
 export interface RedisStoreOptions {
   /**
    * Where Redis is: `redis://[[user][:password]@]host[:port][/db]`, or `rediss://…` for
-   * TLS. Ignored when `adapter` or `keyv` is given.
+   * TLS; a Cluster: `redis+cluster://host:port[,host:port…]`; Sentinel:
+   * `redis+sentinel://sentinel:port[,sentinel:port…]/primary-name`. Ignored when `adapter`
+   * or `keyv` is given.
    * @default 'redis://127.0.0.1:6379'
    */
   url?: string;
@@ -179,7 +181,7 @@ function checkRedisUrl(url: unknown): asserts url is string {
     throw new TypeError(`Expected \`url\` to be a redis:// or rediss:// URL, got ${shown(url)}`);
   }
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
-    throw new TypeError(`Expected \`url\` to start with redis://, rediss:// or redis+cluster://, got ${shown(url)}`);
+    throw new TypeError(`Expected \`url\` to start with redis://, rediss://, redis+cluster:// or redis+sentinel://, got ${shown(url)}`);
   }
   if (!parsed.hostname) throw new TypeError(`Expected a host in the Redis URL ${shown(url)}, e.g. redis://127.0.0.1:6379`);
   if (parsed.pathname !== '' && parsed.pathname !== '/' && !/^\/\d+$/.test(parsed.pathname)) {
@@ -218,6 +220,24 @@ function ownAdapter(url: string, timeoutMs: number): KeyvRedis<unknown> {
           ...(cluster.username !== undefined ? { username: cluster.username } : {}),
           ...(cluster.password !== undefined ? { password: cluster.password } : {}),
           socket: { ...connection.socket, ...(cluster.tls ? { tls: true as const } : {}) },
+        },
+      },
+      keyvOptions,
+    );
+  }
+  if (typeof url === 'string' && isRedisSentinelUrl(url)) {
+    const sentinel = parseRedisSentinelUrl(url);
+    const tls = sentinel.tls ? { tls: true as const } : {};
+    return new KeyvRedis(
+      {
+        name: sentinel.name,
+        sentinelRootNodes: sentinel.nodes,
+        sentinelClientOptions: { socket: { ...connection.socket, ...tls } },
+        nodeClientOptions: {
+          ...connection,
+          ...(sentinel.username !== undefined ? { username: sentinel.username } : {}),
+          ...(sentinel.password !== undefined ? { password: sentinel.password } : {}),
+          socket: { ...connection.socket, ...tls },
         },
       },
       keyvOptions,
@@ -274,8 +294,9 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   let connecting: Promise<void> | undefined;
   const ready = (): Promise<void> => {
     if (closed) return Promise.reject(new Error('idempotency-kit: the Redis store is closed'));
-    if (client.isReady === undefined) {
-      // A cluster has no readiness flag: its connect() settles once the slots are known.
+    if (client.isReady === undefined || adapter.isSentinel()) {
+      // A cluster has no readiness flag and a sentinel client emits no 'ready': their
+      // connect() settles once the slots, or the primary, are known.
       if (!client.isOpen && !connecting) {
         connecting = client.connect().then(
           () => undefined,

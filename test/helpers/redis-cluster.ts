@@ -100,11 +100,12 @@ function portFree(port: number): Promise<boolean> {
 
 /**
  * Free ports for `count` nodes; the cluster bus of each uses port + 10000, so both must be
- * free. `REDIS_CLUSTER_PORTS=30001` pins the search start (a shared machine gives each user
- * a range); otherwise the search starts at a random port in 20000-24999.
+ * free. `REDIS_CLUSTER_PORTS=30001` / `REDIS_SENTINEL_PORTS=30101` pin the search start
+ * (a shared machine gives each user a range); otherwise it starts at a random port in
+ * 20000-24999.
  */
-async function freePorts(count: number): Promise<number[]> {
-  const start = Number(process.env.REDIS_CLUSTER_PORTS ?? 20000 + Math.floor(Math.random() * 5000));
+async function freePorts(count: number, from?: string): Promise<number[]> {
+  const start = Number(from ?? 20000 + Math.floor(Math.random() * 5000));
   const ports: number[] = [];
   for (let port = start; ports.length < count && port < start + 2000; port++) {
     if ((await portFree(port)) && (await portFree(port + 10000))) ports.push(port);
@@ -145,7 +146,7 @@ export interface ServerGroup {
  * redis-server processes in one temp dir, always torn down: by `stop()`, by a detached
  * reaper once this process is gone (even SIGKILLed), or by the sweep of the next start.
  */
-export async function serverGroup(count: number): Promise<ServerGroup> {
+export async function serverGroup(count: number, firstPort?: string): Promise<ServerGroup> {
   await sweepStale();
   const dir = await mkdtemp(path.join(tmpdir(), DIR_PREFIX));
   const allPids = new Set<number>();
@@ -181,7 +182,7 @@ export async function serverGroup(count: number): Promise<ServerGroup> {
     await rm(dir, { recursive: true, force: true });
   };
   try {
-    nodes.push(...(await freePorts(count)).map((port) => ({ port, process: undefined })));
+    nodes.push(...(await freePorts(count, firstPort)).map((port) => ({ port, process: undefined })));
   } catch (error) {
     await stop();
     throw error;
@@ -221,7 +222,7 @@ export async function serverGroup(count: number): Promise<ServerGroup> {
 
 export async function startRedisCluster(options: { nodeTimeoutMs?: number } = {}): Promise<RedisClusterFixture> {
   const nodeTimeoutMs = options.nodeTimeoutMs ?? 1000;
-  const group = await serverGroup(6);
+  const group = await serverGroup(6, process.env.REDIS_CLUSTER_PORTS);
   const { dir, nodes, cli, stop } = group;
   const ports = nodes.map((n) => n.port);
   const startNode = (node: ClusterNode) =>
