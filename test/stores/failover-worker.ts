@@ -79,7 +79,16 @@ async function lane(): Promise<void> {
   while (!stopping) await settle(nextKey++);
 }
 
-await store.get(`${config.runId}:warm-up`);
+// Connect before the race. The 1 s call bound is for the failover; a first connection on a
+// busy machine (sentinel, then primary) may take longer, so the warm-up tries again.
+for (let attempt = 1; ; attempt++) {
+  try {
+    await store.get(`${config.runId}:warm-up`);
+    break;
+  } catch (error) {
+    if (attempt === 20) throw error;
+  }
+}
 process.stdout.write('ready\n');
 await new Promise<void>((resolve) => {
   process.stdin.on('data', (chunk) => {
