@@ -7,7 +7,9 @@
  */
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { afterAll, expect, it } from 'vitest';
 import type { WaitForReplicas } from '../../drivers/redis.js';
+import type { ClaimResult, IdempotencyStore } from '../../src/store.js';
 import { startWorker } from './worker-process.js';
 
 const FAILOVER_WORKER = fileURLToPath(new URL('../stores/failover-worker.ts', import.meta.url));
@@ -100,4 +102,49 @@ export async function failoverRound(topology: FailoverTopology, round: number, w
   } finally {
     for (const w of workers) w.child.kill();
   }
+}
+
+/**
+ * Claim `key` until the store answers (after a failover). An attempt that timed out may
+ * still have landed, so a later attempt can find that attempt's record: the owner is then
+ * one of the retries (`retry-<n>`), and never a claim from before the failover.
+ */
+export async function retryUntilAnswered(store: IdempotencyStore, key: string): Promise<ClaimResult> {
+  let result: ClaimResult | undefined;
+  let attempt = 0;
+  await waitUntil(async () => {
+    result = await store.claim(key, { token: `retry-${++attempt}`, fingerprint: 'fp', createdAt: Date.now() }, 60_000);
+    return true;
+  }, 30_000);
+  return result!;
+}
+
+/**
+ * The failover race as two tests: async replication (claims recover once the replica is
+ * promoted) and `waitForReplicas` (no double execution), `rounds` failovers each.
+ */
+export function failoverRaceTests(name: string, topology: () => FailoverTopology, rounds: number, minKeys: number): void {
+  const figures: FailoverFigures[] = [];
+  afterAll(() => {
+    if (figures.length > 0) console.log(`${name} failover figures:\n${figures.map((f) => JSON.stringify(f)).join('\n')}`);
+  });
+
+  it(`async replication: ${rounds} failover(s); claims work again once the replica is promoted`, async () => {
+    for (let round = 0; round < rounds; round++) {
+      const result = await failoverRound(topology(), round);
+      figures.push(result);
+      expect(result.keys).toBeGreaterThan(minKeys);
+      // Claims recover after the promotion, not after the dead node comes back.
+      expect(result.claimsSucceedAgainAfterMs).toBeLessThan(result.promotedAfterMs + 5000);
+    }
+  }, 60_000 * rounds);
+
+  it(`waitForReplicas { replicas: 1 }: ${rounds} failover(s) with no double execution`, async () => {
+    for (let round = 0; round < rounds; round++) {
+      const result = await failoverRound(topology(), round, { replicas: 1, timeoutMs: 100 });
+      figures.push(result);
+      expect(result.keys).toBeGreaterThan(minKeys);
+      expect(result.doubleExecutions).toBe(0);
+    }
+  }, 60_000 * rounds);
 }

@@ -15,7 +15,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
 import { redisStore } from '../../drivers/redis.js';
 import { parseRedisClusterUrl } from '../../drivers/redis-url.js';
-import { failoverRound, waitUntil, type FailoverFigures, type FailoverTopology } from '../helpers/failover-race.js';
+import { failoverRaceTests, retryUntilAnswered, waitUntil } from '../helpers/failover-race.js';
 import { redisServerAvailable, startRedisCluster } from '../helpers/redis-cluster.js';
 import { storeContract } from '../helpers/store-contract.js';
 import { startWorker } from '../helpers/worker-process.js';
@@ -288,16 +288,9 @@ describe.skipIf(!cluster)('redis store on a Redis Cluster (3 primaries, 3 replic
         await store.get(key); // connected, and the slot map is current
         const { outcome, primary } = await claimThenFailover(namespace, key, () => store.claim(key, claimOf('first'), 60_000));
         expect(outcome).toMatchObject({ ok: true, value: { claimed: true } });
-        // An attempt that timed out may still have landed: a later one then finds that
-        // attempt's record. Either way a retry, never 'first', owns the key.
-        let retry: Awaited<ReturnType<typeof store.claim>> | undefined;
-        let attempt = 0;
-        await waitUntil(async () => {
-          retry = await store.claim(key, claimOf(`retry-${++attempt}`), 60_000);
-          return true;
-        }, 30_000);
+        const retry = await retryUntilAnswered(store, key);
         await restore(primary);
-        expect(retry!.record.token, 'the promoted replica never saw the first claim').toMatch(/^retry-/);
+        expect(retry.record.token, 'the promoted replica never saw the first claim').toMatch(/^retry-/);
       } finally {
         await store.close();
       }
@@ -313,16 +306,9 @@ describe.skipIf(!cluster)('redis store on a Redis Cluster (3 primaries, 3 replic
         expect(outcome).toMatchObject({ ok: false });
         expect(String((outcome as { error: unknown }).error)).toMatch(/replicas did not acknowledge the claim \(0 of 1 within 100 ms\)/);
         await restore(primary); // waitForReplicas needs a replica again
-        // An attempt that timed out may still have landed: a later one then finds that
-        // attempt's record. Either way a retry, never 'first', owns the key.
-        let retry: Awaited<ReturnType<typeof store.claim>> | undefined;
-        let attempt = 0;
-        await waitUntil(async () => {
-          retry = await store.claim(key, claimOf(`retry-${++attempt}`), 60_000);
-          return true;
-        }, 30_000);
+        const retry = await retryUntilAnswered(store, key);
         // The refused claim never ran the handler: a retry is the first and only execution.
-        expect(retry!.record.token).toMatch(/^retry-/);
+        expect(retry.record.token).toMatch(/^retry-/);
       } finally {
         await store.close();
       }
@@ -330,44 +316,24 @@ describe.skipIf(!cluster)('redis store on a Redis Cluster (3 primaries, 3 replic
   });
 
   describe('failover: SIGKILL a primary in the middle of a 4-process race', () => {
-    const figures: FailoverFigures[] = [];
-    const topology: FailoverTopology = {
-      url: cluster?.url ?? '',
-      victim: async (round) => {
-        const primaries = await cluster!.primaries();
-        return primaries[round % primaries.length]!;
-      },
-      kill: (port) => cluster!.kill(port),
-      promoted: async (victim) => {
-        const primaries = await cluster!.primaries();
-        return !primaries.includes(victim) && primaries.length === 3;
-      },
-      restart: (port) => cluster!.restart(port),
-      waitHealthy: (ms) => cluster!.waitHealthy(ms),
-    };
-
-    afterAll(() => {
-      if (figures.length > 0) console.log(`Redis Cluster failover figures:\n${figures.map((f) => JSON.stringify(f)).join('\n')}`);
-    });
-
-    it(`async replication: ${ROUNDS} failover(s); claims work again once the replica is promoted`, async () => {
-      for (let round = 0; round < ROUNDS; round++) {
-        const result = await failoverRound(topology, round);
-        figures.push(result);
-        expect(result.keys).toBeGreaterThan(50);
-        // Claims recover after the promotion (a few seconds with a 1 s node timeout), not
-        // after the dead node comes back.
-        expect(result.claimsSucceedAgainAfterMs).toBeLessThan(result.promotedAfterMs + 5000);
-      }
-    }, 60_000 * ROUNDS);
-
-    it(`waitForReplicas { replicas: 1 }: ${ROUNDS} failover(s) with no double execution`, async () => {
-      for (let round = 0; round < ROUNDS; round++) {
-        const result = await failoverRound(topology, round, { replicas: 1, timeoutMs: 100 });
-        figures.push(result);
-        expect(result.keys).toBeGreaterThan(50);
-        expect(result.doubleExecutions).toBe(0);
-      }
-    }, 60_000 * ROUNDS);
+    failoverRaceTests(
+      'Redis Cluster',
+      () => ({
+        url: cluster!.url,
+        victim: async (round) => {
+          const primaries = await cluster!.primaries();
+          return primaries[round % primaries.length]!;
+        },
+        kill: (port) => cluster!.kill(port),
+        promoted: async (victim) => {
+          const primaries = await cluster!.primaries();
+          return !primaries.includes(victim) && primaries.length === 3;
+        },
+        restart: (port) => cluster!.restart(port),
+        waitHealthy: (ms) => cluster!.waitHealthy(ms),
+      }),
+      ROUNDS,
+      50,
+    );
   });
 });

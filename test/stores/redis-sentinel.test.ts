@@ -11,7 +11,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
 import { redisStore } from '../../drivers/redis.js';
 import { parseRedisSentinelUrl } from '../../drivers/redis-url.js';
-import { failoverRound, waitUntil, type FailoverFigures, type FailoverTopology } from '../helpers/failover-race.js';
+import { failoverRaceTests, retryUntilAnswered, waitUntil } from '../helpers/failover-race.js';
 import { redisServerAvailable } from '../helpers/redis-cluster.js';
 import { SENTINEL_MASTER, startRedisSentinel } from '../helpers/redis-sentinel.js';
 import { storeContract } from '../helpers/store-contract.js';
@@ -119,21 +119,6 @@ describe.skipIf(!sentinel)('redis store on Redis Sentinel (a primary, a replica,
       return outcome;
     }
 
-    /**
-     * Retry the claim until the store answers. An attempt that timed out may still have
-     * landed, so a later attempt can find that attempt's record: the key's owner is then
-     * one of the retries, never 'first'.
-     */
-    const retryUntilAnswered = async (store: ReturnType<typeof redisStore>, key: string) => {
-      let retry: Awaited<ReturnType<typeof store.claim>> | undefined;
-      let attempt = 0;
-      await waitUntil(async () => {
-        retry = await store.claim(key, claimOf(`retry-${++attempt}`), 60_000);
-        return true;
-      }, 30_000);
-      return retry!;
-    };
-
     it('async replication: the claim is lost and a retry runs again (a double execution)', async () => {
       const store = redisStore({ url: sentinel!.url, namespace: `ik-lost-${randomUUID()}`, timeoutMs: 1000 });
       try {
@@ -163,36 +148,18 @@ describe.skipIf(!sentinel)('redis store on Redis Sentinel (a primary, a replica,
   });
 
   describe('failover: SIGKILL the primary in the middle of a 4-process race', () => {
-    const figures: FailoverFigures[] = [];
-    const topology: FailoverTopology = {
-      url: sentinel?.url ?? '',
-      victim: () => sentinel!.primary(),
-      kill: (port) => sentinel!.kill(port),
-      promoted: async (victim) => (await sentinel!.primary()) !== victim,
-      restart: (port) => sentinel!.restart(port),
-      waitHealthy: (ms) => sentinel!.waitHealthy(ms),
-    };
-
-    afterAll(() => {
-      if (figures.length > 0) console.log(`Redis Sentinel failover figures:\n${figures.map((f) => JSON.stringify(f)).join('\n')}`);
-    });
-
-    it(`async replication: ${ROUNDS} failover(s); claims work again once the replica is promoted`, async () => {
-      for (let round = 0; round < ROUNDS; round++) {
-        const result = await failoverRound(topology, round);
-        figures.push(result);
-        expect(result.keys).toBeGreaterThan(20);
-        expect(result.claimsSucceedAgainAfterMs).toBeLessThan(result.promotedAfterMs + 5000);
-      }
-    }, 60_000 * ROUNDS);
-
-    it(`waitForReplicas { replicas: 1 }: ${ROUNDS} failover(s) with no double execution`, async () => {
-      for (let round = 0; round < ROUNDS; round++) {
-        const result = await failoverRound(topology, round, { replicas: 1, timeoutMs: 100 });
-        figures.push(result);
-        expect(result.keys).toBeGreaterThan(20);
-        expect(result.doubleExecutions).toBe(0);
-      }
-    }, 60_000 * ROUNDS);
+    failoverRaceTests(
+      'Redis Sentinel',
+      () => ({
+        url: sentinel!.url,
+        victim: () => sentinel!.primary(),
+        kill: (port) => sentinel!.kill(port),
+        promoted: async (victim) => (await sentinel!.primary()) !== victim,
+        restart: (port) => sentinel!.restart(port),
+        waitHealthy: (ms) => sentinel!.waitHealthy(ms),
+      }),
+      ROUNDS,
+      20,
+    );
   });
 });
