@@ -7,7 +7,8 @@
  * docs/drivers/redis.md come from REDIS_FAILOVER_ROUNDS=5.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import KeyvRedis, { createClient, createCluster } from '@keyv/redis';
 import Keyv from 'keyv';
@@ -21,6 +22,7 @@ import { storeContract } from '../helpers/store-contract.js';
 import { startWorker } from '../helpers/worker-process.js';
 
 const RACE_WORKER = fileURLToPath(new URL('./race-worker.ts', import.meta.url));
+const GROUP_WORKER = fileURLToPath(new URL('../helpers/server-group-worker.ts', import.meta.url));
 const ROUNDS = Number(process.env.REDIS_FAILOVER_ROUNDS ?? 1);
 
 const haveServer = redisServerAvailable();
@@ -90,6 +92,33 @@ describe('Redis Cluster URLs', () => {
     expect(calls.length).toBeGreaterThanOrEqual(6);
     for (const key of calls) expect(key).toBe('KEYS[1]');
     expect(source).not.toMatch(/KEYS\[[2-9]\]/);
+  });
+});
+
+describe.skipIf(!cluster)('the cluster fixture', () => {
+  it('a SIGKILLed test process leaves no redis-server and no temp dir behind (the reaper)', async () => {
+    const child = spawn(process.execPath, ['--import', 'tsx', GROUP_WORKER, ...(process.env.REDIS_CLUSTER_PORTS ? [String(Number(process.env.REDIS_CLUSTER_PORTS) + 50)] : [])], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const started = await new Promise<{ dir: string; pid: number }>((resolve, reject) => {
+      let out = '';
+      child.stdout.on('data', (chunk) => {
+        out += chunk;
+        if (out.includes('\n')) resolve(JSON.parse(out.split('\n')[0]!) as { dir: string; pid: number });
+      });
+      child.on('exit', (code) => reject(new Error(`worker exited with ${code}`)));
+    });
+    expect(existsSync(started.dir)).toBe(true);
+    process.kill(started.pid, 0); // the server runs
+    child.kill('SIGKILL');
+    await waitUntil(async () => {
+      try {
+        process.kill(started.pid, 0);
+        return false;
+      } catch {
+        return !existsSync(started.dir);
+      }
+    }, 10_000);
   });
 });
 
