@@ -35,8 +35,8 @@ export interface RedisStoreOptions {
    */
   url?: string;
   /**
-   * Wait until this many replicas have the claim and the completion (Redis `WAIT`) before
-   * the call resolves. Redis replicates asynchronously: without it, a primary that dies
+   * Wait until this many replicas have the claim, each lease extension and the completion
+   * (Redis `WAIT`) before the call resolves. Redis replicates asynchronously: without it, a primary that dies
    * right after acknowledging a claim can take the claim with it, and a retry served by
    * the promoted replica runs the handler again. When fewer replicas acknowledge within
    * `timeoutMs`, the call fails closed: a claim is released and rejects (the handler does
@@ -445,7 +445,12 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     },
     async extend(key: string, token: string, leaseMs: number) {
       const leaseUntil = Date.now() + leaseMs;
-      return (await evalScript(EXTEND, redisKey(key), [token, String(leaseMs), String(leaseUntil)])) === 1;
+      const id = redisKey(key);
+      const extended = (await evalScript(EXTEND, id, [token, String(leaseMs), String(leaseUntil)])) === 1;
+      // A lease extension a failover could lose would let another claimer in while this
+      // owner still runs; unacknowledged, it rejects and the owner keeps its old lease end.
+      if (extended) await waitForReplicas(id, 'lease extension');
+      return extended;
     },
     async close() {
       if (closed) return;

@@ -202,6 +202,7 @@ describe.skipIf(!cluster)('redis store on a Redis Cluster (3 primaries, 3 replic
         const k = randomUUID();
         const started = performance.now();
         expect((await s.claim(k, claimOf('w'), 5000)).claimed).toBe(true);
+        if (i === 0) expect(await s.extend(k, 'w', 5000)).toBe(true);
         expect(await s.complete(k, 'w', response, 60_000)).toBe(true);
         timings[mode].push(performance.now() - started);
       }
@@ -211,7 +212,8 @@ describe.skipIf(!cluster)('redis store on a Redis Cluster (3 primaries, 3 replic
     await plain.close();
     await store.close();
 
-    // A completion the replica does not acknowledge rejects (it stays on the primary).
+    // A lease extension or completion the replica does not acknowledge rejects (it stays
+    // on the primary).
     const quick = redisStore({ url: cluster!.url, waitForReplicas: { replicas: 1, timeoutMs: 100 } });
     const key = randomUUID();
     expect((await quick.claim(key, claimOf('c'), 5000)).claimed).toBe(true);
@@ -227,6 +229,9 @@ describe.skipIf(!cluster)('redis store on a Redis Cluster (3 primaries, 3 replic
     cluster!.pause(replica!);
     try {
       await direct.sendCommand(['CLIENT', 'KILL', 'TYPE', 'replica']);
+      await expect(quick.extend(key, 'c', 5000)).rejects.toThrow(
+        'Redis replicas did not acknowledge the lease extension (0 of 1 within 100 ms); it may not survive a failover',
+      );
       await expect(quick.complete(key, 'c', response, 60_000)).rejects.toThrow(
         'Redis replicas did not acknowledge the completion (0 of 1 within 100 ms); it may not survive a failover',
       );
