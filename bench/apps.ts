@@ -1,5 +1,5 @@
 /**
- * The benchmark apps: one framework (node, express, fastify, koa) with one idempotency
+ * The benchmark apps: one framework (node, express, fastify, koa, hono) with one idempotency
  * layer (none, ours, or a peer), all serving `POST /orders` with the same handler
  * (./handler.ts) and `GET /__stats`. Each builder returns a listening server.
  * @module
@@ -10,7 +10,7 @@ import type { ErrorRequestHandler, RequestHandler } from 'express';
 import type { IdempotencyStore } from '../src/store.js';
 import { placeOrder, statsSnapshot } from './handler.js';
 
-export type Adapter = 'node' | 'express' | 'fastify' | 'koa';
+export type Adapter = 'node' | 'express' | 'fastify' | 'koa' | 'hono';
 export type Impl = 'bare' | 'ours' | 'express-idempotency' | 'node-idempotency';
 
 export interface AppOptions {
@@ -74,7 +74,7 @@ async function nodeApp(o: AppOptions): Promise<RunningApp> {
   if (o.impl === 'bare') orders = handler;
   else if (o.impl === 'ours') {
     const { withIdempotency } = await import('../adapters/node.js');
-    orders = withIdempotency(handler, { store: o.store! });
+    orders = withIdempotency(handler, { store: o.store!, scope: 'shared' });
   } else throw new Error(`${o.impl} runs on express only`);
 
   const server = http.createServer((req, res) => {
@@ -103,7 +103,7 @@ async function expressApp(o: AppOptions): Promise<RunningApp> {
   if (o.impl === 'bare') app.post('/orders', express.json(), handler);
   else if (o.impl === 'ours') {
     const { idempotency } = await import('../adapters/express.js');
-    app.post('/orders', express.json(), idempotency({ store: o.store! }), handler);
+    app.post('/orders', express.json(), idempotency({ store: o.store!, scope: 'shared' }), handler);
   } else if (o.impl === 'express-idempotency') {
     // As its README shows: the middleware, then the route checks isHit().
     if (o.peerStore !== 'memory') throw new Error('express-idempotency ships an in-memory store only');
@@ -171,7 +171,7 @@ async function fastifyApp(o: AppOptions): Promise<RunningApp> {
   app.get('/__stats', async (req, reply) => reply.type('application/json').send(stats(o, req.url)));
   if (o.impl === 'ours') {
     const { idempotency } = await import('../adapters/fastify.js');
-    await app.register(idempotency, { store: o.store! });
+    await app.register(idempotency, { store: o.store!, scope: 'shared' });
   } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
   app.post('/orders', async (req, reply) => {
     const r = await placeOrder(req.headers, req.body);
@@ -197,7 +197,7 @@ async function koaApp(o: AppOptions): Promise<RunningApp> {
   app.use(bodyParser());
   if (o.impl === 'ours') {
     const { idempotency } = await import('../adapters/koa.js');
-    app.use(idempotency({ store: o.store! }));
+    app.use(idempotency({ store: o.store!, scope: 'shared' }));
   } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
   app.use(async (ctx) => {
     if (ctx.method !== 'POST' || ctx.path !== '/orders') {
@@ -214,6 +214,26 @@ async function koaApp(o: AppOptions): Promise<RunningApp> {
   return { port, close: () => closeServer(server) };
 }
 
+/** Hono on @hono/node-server, as Hono apps are served on Node. */
+async function honoApp(o: AppOptions): Promise<RunningApp> {
+  const { Hono } = await import('hono');
+  const { createAdaptorServer } = await import('@hono/node-server');
+  const app = new Hono();
+  app.get('/__stats', (c) => c.body(stats(o, c.req.url), 200, JSON_TYPE));
+  if (o.impl === 'ours') {
+    const { idempotency } = await import('../adapters/hono.js');
+    app.use('/orders', idempotency({ store: o.store!, scope: 'shared' }));
+  } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
+  app.post('/orders', async (c) => {
+    const headers = { 'idempotency-key': c.req.header('idempotency-key'), 'x-delay-ms': c.req.header('x-delay-ms') };
+    const r = await placeOrder(headers, await c.req.json());
+    return c.body(r.body, r.status as 201, JSON_TYPE);
+  });
+  const server = createAdaptorServer({ fetch: app.fetch }) as Server;
+  const port = await listen(server);
+  return { port, close: () => closeServer(server) };
+}
+
 export function startApp(o: AppOptions): Promise<RunningApp> {
   switch (o.adapter) {
     case 'node':
@@ -224,5 +244,7 @@ export function startApp(o: AppOptions): Promise<RunningApp> {
       return fastifyApp(o);
     case 'koa':
       return koaApp(o);
+    case 'hono':
+      return honoApp(o);
   }
 }
