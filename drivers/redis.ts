@@ -301,7 +301,16 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   const prefix = `${namespace}:`;
   // Completes and releases publish the (already hashed) storage key here, in their script.
   const channel = `${namespace}:settled`;
-  const feed = settleFeed(client, channel, timeoutMs, adapter.isSentinel());
+  // A sentinel client keeps its own pub/sub connection to the primary: it subscribes itself.
+  const sentinelSubscriber = (): SubscriberClient => {
+    const shared = client as unknown as SubscriberClient;
+    return {
+      connect: () => ready(),
+      subscribe: (name, listener) => shared.subscribe(name, listener),
+      on: () => undefined, // the store's own listeners watch this client
+    };
+  };
+  const feed = settleFeed(client, channel, timeoutMs, adapter.isSentinel() ? sentinelSubscriber : undefined);
   const redisKey = (key: string) => prefix + createHash('sha256').update(key).digest('base64url');
 
   // Connection state, from the client's events: `down` is the last error seen while not
@@ -532,12 +541,13 @@ function settleFeed(
   client: ScriptClient,
   channel: string,
   timeoutMs: number,
-  sentinel: boolean,
+  sharedSubscriber: (() => SubscriberClient) | undefined,
 ): { subscribe: (listener: SettleListener) => () => void; close: () => void } | undefined {
-  if (typeof client.duplicate !== 'function') return undefined;
+  const open = sharedSubscriber ?? (typeof client.duplicate === 'function' ? () => client.duplicate!() : undefined);
+  if (!open) return undefined;
   // Cluster and sentinel clients emit no 'ready' after a reconnect: their errors do not
   // stop the feed (node-redis resubscribes), the safety poll covers a gap.
-  const cluster = client.isReady === undefined || sentinel;
+  const cluster = client.isReady === undefined || sharedSubscriber !== undefined;
   const listeners = new Set<SettleListener>();
   let subscriber: SubscriberClient | undefined;
   let live = false;
@@ -568,7 +578,7 @@ function settleFeed(
     if (closed || subscriber) return;
     let sub: SubscriberClient;
     try {
-      sub = client.duplicate!();
+      sub = open();
     } catch {
       return; // cannot duplicate: waiters poll
     }

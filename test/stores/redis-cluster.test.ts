@@ -18,7 +18,7 @@ import { redisStore } from '../../drivers/redis.js';
 import { parseRedisClusterUrl } from '../../drivers/redis-url.js';
 import { failoverRaceTests, retryUntilAnswered, waitUntil } from '../helpers/failover-race.js';
 import { redisServerAvailable, startRedisCluster } from '../helpers/redis-cluster.js';
-import { storeContract } from '../helpers/store-contract.js';
+import { settleContract, storeContract } from '../helpers/store-contract.js';
 import { startWorker } from '../helpers/worker-process.js';
 
 const RACE_WORKER = fileURLToPath(new URL('./race-worker.ts', import.meta.url));
@@ -49,6 +49,9 @@ storeContract(
       }
     : undefined,
 );
+
+// Wake-ups for waiting duplicates: classic pub/sub through a duplicate of the client.
+settleContract('redis cluster (redis+cluster:// URL)', cluster ? async () => redisStore({ url: cluster.url }) : undefined);
 
 describe('Redis Cluster URLs', () => {
   it('parses seed nodes, credentials and TLS', () => {
