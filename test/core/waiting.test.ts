@@ -239,7 +239,7 @@ describe('waiting across processes (two store objects over one shared map)', () 
     expect((await waiter).type).toBe('replay');
   });
 
-  it('H8: the subscription going down switches waiters to polling; coming back makes each look once', async () => {
+  it('H8: the subscription going down switches waiters to polling (a dropped subscription never fails a request)', async () => {
     const map = new Map<string, IdempotencyRecord>();
     const bus = new Set<SettleListener>();
     const here = counted(map, bus);
