@@ -9,10 +9,10 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort, untilListening } from '../helpers/ports.js';
 import { expectProblem, send } from './client.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -68,17 +68,6 @@ function assertFreshBuild(): void {
   }
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
 /** The ts block under `heading` in docs/adapters/fetch.md, importing the package from dist/ (as installed). */
 function docsBlock(heading: string): string {
   const page = readFileSync(join(root, 'docs/adapters/fetch.md'), 'utf8');
@@ -97,21 +86,8 @@ async function startOn(binary: string, args: string[], port: number) {
   let output = '';
   child.stdout.on('data', (chunk) => (output += chunk));
   child.stderr.on('data', (chunk) => (output += chunk));
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}:\n${output}`);
-    const open = await new Promise<boolean>((resolve) => {
-      const socket = net.connect(port, '127.0.0.1');
-      socket.once('connect', () => {
-        socket.destroy();
-        resolve(true);
-      });
-      socket.once('error', () => resolve(false));
-    });
-    if (open) return { child, output: () => output };
-    if (Date.now() > deadline) throw new Error(`not listening within 20 s:\n${output}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+  await untilListening(port, () => (child.exitCode === null ? undefined : output));
+  return { child, output: () => output };
 }
 
 const json = (body: unknown, key?: string, path = '/orders', headers?: Record<string, string>) => ({ path, key, body, headers });
