@@ -18,7 +18,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { BodyTooLargeError } from '../src/errors.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { captureStream, endAfterDrain, keyHeaderLines } from './internal/node-io.js';
+import { captureStream, endAfterDrain, keyHeaderLines, toNodeStream } from './internal/node-io.js';
 
 /** Every option of SPEC §6; `scope` and `fingerprint` get the Fastify request. */
 export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>;
@@ -40,8 +40,6 @@ interface Pending {
   claim: HttpClaim;
   settled: boolean;
 }
-
-type WebStream = Parameters<typeof Readable.fromWeb>[0];
 
 const noop = () => {};
 
@@ -173,11 +171,10 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
       await state.claim.finish({ ...head, body: bytes });
       return payload;
     }
-    if (payload instanceof Readable || typeof (payload as Readable).pipe === 'function') {
-      return captureStream(payload as Readable, state.claim, head);
-    }
-    if (typeof ReadableStream !== 'undefined' && payload instanceof ReadableStream) {
-      return captureStream(Readable.fromWeb(payload as WebStream), state.claim, head);
+    // (Fastify sends a Response or a Blob in its own way: those stay as they are.)
+    if (!(typeof Response !== 'undefined' && payload instanceof Response) && !(typeof Blob !== 'undefined' && payload instanceof Blob)) {
+      const stream = toNodeStream(payload);
+      if (stream) return captureStream(stream, state.claim, head);
     }
     // Something Fastify sends in its own way (a fetch Response): not capturable (H12).
     await state.claim.finish({ ...head, body: null });

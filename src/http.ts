@@ -8,7 +8,7 @@ import { Engine, type EngineOptions, type IdempotencyEvent, type Lease } from '.
 import { IdempotencyKeyError, isIdempotencyError, ScopeRequiredError, StoreUnavailableError, type IdempotencyError } from './errors.js';
 import { fingerprintRequest } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
-import { problemResponse, type HttpResponse } from './problem.js';
+import { problemResponse, type FormatError, type HttpResponse } from './problem.js';
 import type { StoredResponse } from './store.js';
 import { assertFunction, assertInteger, assertStringArray } from './validate.js';
 
@@ -41,7 +41,7 @@ export interface IdempotencyOptions<Req = unknown> extends EngineOptions {
    *   500 `scope-required` that says what to write; an adapter with no such convention
    *   (Node `http`, fetch) refuses to start without `scope`.
    */
-  scope?: ((req: Req) => string | undefined | Promise<string | undefined>) | 'shared';
+  scope?: ((req: Req) => string | number | undefined | Promise<string | number | undefined>) | 'shared';
   /**
    * Replaces query, body and headers in the fingerprint with what this returns (method
    * and path always count). Use it to leave out fields that change between retries.
@@ -66,6 +66,14 @@ export interface IdempotencyOptions<Req = unknown> extends EngineOptions {
    * @default 1048576 (1 MiB)
    */
   maxBodyBytes?: number;
+  /**
+   * Reshape the body of the layer's own error responses (400, 409, 413, 422, 500, 503),
+   * e.g. into the `{ error: { ... } }` envelope your API's SDKs expect, so that a client
+   * library that only looks for its own error shape raises instead of mistaking a 409 for
+   * a result. Status, headers and `code` are kept; the body is sent as `application/json`.
+   * @default RFC 9457 problem details (`application/problem+json`)
+   */
+  formatError?: FormatError;
 }
 
 /**
@@ -230,6 +238,7 @@ export class Idempotency<Req = unknown> {
     }
     if (options.fingerprint !== undefined) assertFunction('fingerprint', options.fingerprint);
     if (options.storeResponse !== undefined) assertFunction('storeResponse', options.storeResponse);
+    if (options.formatError !== undefined) assertFunction('formatError', options.formatError);
     const fingerprintHeaders = options.fingerprintHeaders ?? [];
     assertStringArray('fingerprintHeaders', fingerprintHeaders);
     const replayHeaders = options.replayHeaders ?? [];
@@ -273,9 +282,11 @@ export class Idempotency<Req = unknown> {
     const options = this.#options;
     let scope: string | undefined;
     if (typeof options.scope === 'function') {
-      scope = await options.scope(request.raw);
+      const found: unknown = await options.scope(request.raw);
+      // A numeric user id is an identity too (`(req) => req.user.id` with a number).
+      scope = typeof found === 'number' || typeof found === 'bigint' ? identity(found) : (found as string | undefined);
       if (scope !== undefined && typeof scope !== 'string') {
-        throw new TypeError(`Expected \`scope(req)\` to return a string or undefined, got ${typeof scope}`);
+        throw new TypeError(`Expected \`scope(req)\` to return a string, a number or undefined, got ${typeof scope}`);
       }
     } else if (options.scope === undefined) {
       scope = identity(this.#defaults!.principal!(request.raw));
@@ -323,7 +334,7 @@ export class Idempotency<Req = unknown> {
   }
 
   #problem(error: IdempotencyError): HttpDecision<Req> {
-    return { type: 'respond', response: problemResponse(error, this.header), error };
+    return { type: 'respond', response: problemResponse(error, this.header, this.#options.formatError), error };
   }
 
   #claim(lease: Lease): HttpClaim {

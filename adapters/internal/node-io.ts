@@ -192,6 +192,34 @@ function toBytes(chunk: unknown, encoding: unknown): Buffer | undefined {
 }
 
 /**
+ * The bytes of a response body as they go out, up to `limit`; past it, nothing is kept and
+ * `bytes()` is `null` (completed without a replayable body). One place for the counting
+ * that every way of writing a response shares.
+ */
+export class BodyRecorder {
+  readonly #chunks: Buffer[] = [];
+  #size = 0;
+  #overflow = false;
+  constructor(private readonly limit: number) {}
+
+  /** Keep a chunk; `copy` when the caller may reuse its buffer after writing it. */
+  add(chunk: Buffer, copy = false): void {
+    if (this.#overflow) return;
+    this.#size += chunk.length;
+    if (this.#size > this.limit) {
+      this.#overflow = true;
+      this.#chunks.length = 0;
+      return;
+    }
+    this.#chunks.push(copy ? Buffer.from(chunk) : chunk);
+  }
+
+  bytes(): Buffer | null {
+    return this.#overflow ? null : Buffer.concat(this.#chunks, this.#size);
+  }
+}
+
+/**
  * Capture what the handler writes, however it writes it (writeHead, setHeader, write,
  * end, pipe), and hold back the final `end` until the response is stored, so that a
  * client which has seen the response always gets the replay on retry.
@@ -206,25 +234,15 @@ export interface ResponseCapture {
 }
 
 export function captureResponse(res: ServerResponse, claim: HttpClaim): ResponseCapture {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let overflow = false;
+  const recorder = new BodyRecorder(claim.maxResponseBytes);
   let headHeaders: OutgoingHttpHeaders = {};
   let finished = false;
   let resolveDone!: () => void;
   const done = new Promise<void>((resolve) => (resolveDone = resolve));
 
   const keep = (chunk: unknown, encoding: unknown) => {
-    if (overflow) return;
     const bytes = toBytes(chunk, encoding);
-    if (!bytes) return;
-    size += bytes.length;
-    if (size > claim.maxResponseBytes) {
-      overflow = true;
-      chunks.length = 0;
-      return;
-    }
-    chunks.push(Buffer.from(bytes)); // copy: the caller may reuse its buffer
+    if (bytes) recorder.add(bytes, true); // copy: the caller may reuse its buffer
   };
 
   const originalWriteHead = res.writeHead;
@@ -258,7 +276,7 @@ export function captureResponse(res: ServerResponse, claim: HttpClaim): Response
     const captured: CapturedResponse = {
       status: res.statusCode,
       headers: { ...(res.getHeaders() as CapturedResponse['headers']), ...(headHeaders as CapturedResponse['headers']) },
-      body: overflow ? null : Buffer.concat(chunks, size),
+      body: recorder.bytes(),
     };
     detach();
     claim
@@ -293,6 +311,24 @@ export function assertDeclaredLength(req: IncomingMessage, limit: number): void 
   if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
 }
 
+type WebStream = Parameters<typeof Readable.fromWeb>[0];
+
+/**
+ * A response body that is a stream, as a Node stream: a Node Readable (or anything with
+ * `pipe`), a web ReadableStream, a Blob, or a fetch Response (Koa 3 and Fastify accept all
+ * of them). `undefined` for bodies that are not streams.
+ */
+export function toNodeStream(body: unknown): Readable | undefined {
+  if (typeof body !== 'object' || body === null) return undefined;
+  if (body instanceof Readable || typeof (body as Readable).pipe === 'function') return body as Readable;
+  if (typeof ReadableStream !== 'undefined' && body instanceof ReadableStream) return Readable.fromWeb(body as WebStream);
+  if (typeof Blob !== 'undefined' && body instanceof Blob) return Readable.fromWeb(body.stream() as WebStream);
+  if (typeof Response !== 'undefined' && body instanceof Response) {
+    return body.body ? Readable.fromWeb(body.body as WebStream) : Readable.from([]);
+  }
+  return undefined;
+}
+
 /**
  * Capture a response body stream (Koa's `ctx.body`, Fastify's payload) on its way out. The
  * returned stream passes every chunk on and ends only once the response is stored, as
@@ -302,9 +338,7 @@ export function assertDeclaredLength(req: IncomingMessage, limit: number): void 
  * handler did run, so a retry must not run it again.
  */
 export function captureStream(source: Readable, claim: HttpClaim, head: Omit<CapturedResponse, 'body'>): Readable {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let overflow = false;
+  const recorder = new BodyRecorder(claim.maxResponseBytes);
   let settled = false;
   const settle = (outcome: () => Promise<void>): Promise<void> => {
     if (settled) return Promise.resolve();
@@ -313,17 +347,11 @@ export function captureStream(source: Readable, claim: HttpClaim, head: Omit<Cap
   };
   const tee = new Transform({
     transform(chunk: Buffer, _encoding, callback) {
-      if (!overflow) {
-        size += chunk.length;
-        if (size > claim.maxResponseBytes) {
-          overflow = true;
-          chunks.length = 0;
-        } else chunks.push(chunk);
-      }
+      recorder.add(chunk);
       callback(null, chunk);
     },
     flush(callback) {
-      void settle(() => claim.finish({ ...head, body: overflow ? null : Buffer.concat(chunks, size) })).then(() => callback());
+      void settle(() => claim.finish({ ...head, body: recorder.bytes() })).then(() => callback());
     },
   });
   source.once('error', (error) => {
