@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { withIdempotency } from '../../adapters/fetch.js';
 import { idempotency } from '../../adapters/hono.js';
-import { requestTarget } from '../../adapters/web.js';
+import { requestTarget } from '../../adapters/internal/web-io.js';
 import type { IdempotencyEvent } from '../../src/engine.js';
 
 const post = (path: string, key: string | undefined, body: unknown, headers: Record<string, string> = {}) =>

@@ -92,6 +92,28 @@ async function startOn(binary: string, args: string[], port: number) {
 
 const json = (body: unknown, key?: string, path = '/orders', headers?: Record<string, string>) => ({ path, key, body, headers });
 
+describe('the fetch and Hono entries load web standards only', () => {
+  it('their module graph in dist/ imports no Node built-in but node:crypto (which Bun and Deno provide)', () => {
+    assertFreshBuild();
+    for (const entry of ['dist/adapters/fetch.js', 'dist/adapters/hono.js']) {
+      const builtins = new Set<string>();
+      const seen = new Set<string>();
+      const visit = (file: string) => {
+        if (seen.has(file)) return;
+        seen.add(file);
+        const text = readFileSync(file, 'utf8');
+        for (const [, specifier] of text.matchAll(/(?:from|import)\s*['"]([^'"]+)['"]/g)) {
+          if (specifier!.startsWith('.')) visit(join(file, '..', specifier!));
+          else if (specifier!.startsWith('node:') || ['crypto', 'stream', 'http', 'buffer', 'events'].includes(specifier!)) builtins.add(specifier!);
+        }
+      };
+      visit(join(root, entry));
+      expect(seen.size, entry).toBeGreaterThan(2);
+      expect([...builtins], entry).toEqual(['node:crypto']);
+    }
+  });
+});
+
 for (const [name, runtime] of Object.entries(runtimes)) {
   describe.skipIf(!available(name, runtime.binary))(`idempotency-kit/fetch on ${name} (${name === 'bun' ? 'Bun.serve' : 'Deno.serve'})`, () => {
     let url = '';
