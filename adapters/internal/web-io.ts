@@ -21,12 +21,8 @@ export function assertDeclaredLength(headers: Headers, limit: number): void {
   if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
 }
 
-/**
- * Read a body stream whole, up to `limit` bytes. Over it: with `onOverflow: 'throw'`,
- * BodyTooLargeError (413); with `'null'`, `null`. Either way the rest is left unread
- * (the stream is cancelled).
- */
-async function readStream(stream: ReadableStream<Uint8Array>, limit: number, onOverflow: 'throw' | 'null'): Promise<Uint8Array | null> {
+/** Read a request body stream whole, up to `limit` bytes (beyond it, BodyTooLargeError: 413; the rest is left unread). */
+async function readStream(stream: ReadableStream<Uint8Array>, limit: number): Promise<Uint8Array> {
   const reader = stream.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
@@ -36,8 +32,7 @@ async function readStream(stream: ReadableStream<Uint8Array>, limit: number, onO
     size += value.byteLength;
     if (size > limit) {
       reader.cancel().catch(() => undefined);
-      if (onOverflow === 'throw') throw new BodyTooLargeError(limit);
-      return null;
+      throw new BodyTooLargeError(limit);
     }
     chunks.push(value);
   }
@@ -59,7 +54,7 @@ export async function consumeBody(request: Request, limit: number): Promise<Uint
     return declared === 0 ? EMPTY : new Uint8Array(await request.arrayBuffer());
   }
   if (request.body === null) return EMPTY;
-  return (await readStream(request.body, limit, 'throw'))!;
+  return readStream(request.body, limit);
 }
 
 /**
@@ -164,7 +159,7 @@ async function readReady(
     for (;;) {
       const pending = reader.read();
       const result = turn ? await Promise.race([pending, turn]) : await pending;
-      if (result === NOT_YET) return { done: false, sent, pending };
+      if (result === NOT_YET) return { done: false, sent, pending }; // Promise.race handles its rejection until streamOn awaits it
       if (result.done) return { done: true, sent };
       sent.push(result.value);
       recording.add(result.value); // no one else has seen this chunk yet: no copy
