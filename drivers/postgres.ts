@@ -9,7 +9,6 @@
  * const store = postgresStore({ url: 'postgres://app@db.internal:5432/app' });
  */
 import { createHash } from 'node:crypto';
-import { createRequire } from 'node:module';
 import type { Keyv } from 'keyv';
 import type KeyvPostgres from '@keyv/postgres';
 import {
@@ -22,7 +21,8 @@ import {
   type StoredResponse,
 } from '../src/store.js';
 import { startSweeper, withTimeout } from '../src/timers.js';
-import { adapterFrom, assertOneSource } from './keyv-input.js';
+import { assertDriverUrl, postgresDriver } from './registry.js';
+import { adapterFrom, assertOneSource, assertTableName, requireVia } from './utils.js';
 import { assertInteger } from '../src/validate.js';
 
 export interface PostgresStoreOptions {
@@ -102,58 +102,6 @@ interface Row {
 
 type Query = (text: string, values: unknown[], name?: string) => Promise<Row[]>;
 
-/**
- * `pg` as installed with `@keyv/postgres` (its dependency), resolved from the adapter's
- * location so that it is found under any package manager layout and never bundled.
- */
-function loadPg(): PgModule {
-  const here = typeof __filename === 'string' ? __filename : import.meta.url;
-  const adapterPath = createRequire(here).resolve('@keyv/postgres');
-  return createRequire(adapterPath)('pg') as PgModule;
-}
-
-const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
-
-function checkTable(table: unknown): asserts table is string {
-  const parts = typeof table === 'string' ? table.split('.') : [];
-  if (parts.length < 1 || parts.length > 2 || !parts.every((p) => IDENTIFIER.test(p))) {
-    throw new TypeError(
-      `Expected \`table\` to be an SQL identifier (letters, digits and _, optionally schema.table), got ${JSON.stringify(table)}`,
-    );
-  }
-}
-
-/** The URL as shown in errors: a password never reaches a log. */
-function shown(url: unknown): string {
-  return typeof url === 'string'
-    ? JSON.stringify(url.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#@:]*:)[^/?#@]*@/, '$1***@'))
-    : String(url);
-}
-
-function checkPostgresUrl(url: unknown): asserts url is string {
-  let parsed: URL | undefined;
-  try {
-    parsed = typeof url === 'string' ? new URL(url) : undefined;
-  } catch {
-    parsed = undefined;
-  }
-  if (!parsed) {
-    throw new TypeError(`Expected \`url\` to be a postgres:// or postgresql:// URL, got ${shown(url)}`);
-  }
-  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
-    throw new TypeError(`Expected \`url\` to start with postgres:// or postgresql://, got ${shown(url)}`);
-  }
-  if (!parsed.hostname && !parsed.searchParams.has('host')) {
-    throw new TypeError(`Expected a host in the PostgreSQL URL ${shown(url)}, e.g. postgres://user@127.0.0.1:5432/app`);
-  }
-}
-
-function isPostgresAdapter(value: unknown): value is KeyvPostgres {
-  const candidate = value as { query?: unknown; opts?: { dialect?: unknown } } | null;
-  return typeof candidate === 'object' && candidate !== null && typeof candidate.query === 'function' && candidate.opts?.dialect === 'postgres';
-}
-
-
 const toRecord = (row: Row): IdempotencyRecord => recordFromRow(row);
 
 /** Create a PostgreSQL store. */
@@ -166,7 +114,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   const poolSize = options.poolSize ?? 10;
   const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
   const sweepBatchSize = options.sweepBatchSize ?? 1000;
-  checkTable(table);
+  assertTableName('`table`', table, true);
   assertInteger('timeoutMs', timeoutMs, 1);
   assertInteger('poolSize', poolSize, 1);
   assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
@@ -176,12 +124,13 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   let query: Query;
   let end: (() => Promise<void>) | undefined;
   if (options.url !== undefined) {
-    checkPostgresUrl(options.url);
+    assertDriverUrl(postgresDriver, options.url, 'postgres://user@127.0.0.1:5432/app');
     const url = options.url;
     let pool: PgPool | undefined;
     const open = () => {
       if (!pool) {
-        const pg = loadPg();
+        // `pg` as installed with @keyv/postgres (its dependency).
+        const pg = requireVia<PgModule>('postgres', postgresDriver.packages, '@keyv/postgres', 'pg');
         pool = new pg.Pool({
           connectionString: url,
           max: poolSize,
@@ -203,7 +152,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
       await pool?.end();
     };
   } else {
-    const adapter = adapterFrom(options, isPostgresAdapter, '@keyv/postgres', 'new KeyvPostgres({ uri })');
+    const adapter = adapterFrom<KeyvPostgres>(options, postgresDriver.adapter!.is, '@keyv/postgres', 'new KeyvPostgres({ uri })');
     query = (text, values) => (adapter.query as (sql: string, values: unknown[]) => Promise<Row[]>)(text, values);
   }
   const run: Query = (text, values, name) => withTimeout(query(text, values, name), timeoutMs, `idempotency-kit: PostgreSQL did not answer within ${timeoutMs} ms`);

@@ -23,7 +23,8 @@ import {
   type StoredResponse,
 } from '../src/store.js';
 import { startSweeper } from '../src/timers.js';
-import { adapterFrom, assertOneSource } from './keyv-input.js';
+import { assertDriverUrl, sqliteDriver } from './registry.js';
+import { adapterFrom, assertOneSource, assertTableName } from './utils.js';
 import { assertInteger } from '../src/validate.js';
 
 export interface SqliteStoreOptions {
@@ -83,30 +84,13 @@ interface Row {
 
 type Query = (sql: string, params: unknown[]) => Promise<Row[]>;
 
-const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
-
 /**
  * The file path in a `sqlite://` URL. Not parsed with `URL`: `sqlite://:memory:` and
  * relative paths are not valid URLs.
  */
 export function sqlitePathFromUrl(url: unknown): string {
-  if (typeof url !== 'string' || !url.startsWith('sqlite://')) {
-    throw new TypeError(
-      `Expected \`url\` to be sqlite://relative/path.db, sqlite:///absolute/path.db or sqlite://:memory:, got ${JSON.stringify(url) ?? String(url)}`,
-    );
-  }
-  const file = url.slice('sqlite://'.length);
-  if (file === '' || file === '/') {
-    throw new TypeError(
-      `Expected a file after sqlite:// in ${JSON.stringify(url)}: sqlite://relative/path.db, sqlite:///absolute/path.db or sqlite://:memory:`,
-    );
-  }
-  return file;
-}
-
-function isSqliteAdapter(value: unknown): value is KeyvSqlite {
-  const candidate = value as { query?: unknown; opts?: { dialect?: unknown } } | null;
-  return typeof candidate === 'object' && candidate !== null && typeof candidate.query === 'function' && candidate.opts?.dialect === 'sqlite';
+  assertDriverUrl(sqliteDriver, url, '');
+  return url.slice('sqlite://'.length);
 }
 
 const toRecord = (row: Row): IdempotencyRecord =>
@@ -121,9 +105,7 @@ export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {
   const timeoutMs = options.timeoutMs ?? 2000;
   const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
   const sweepBatchSize = options.sweepBatchSize ?? 1000;
-  if (typeof table !== 'string' || !IDENTIFIER.test(table)) {
-    throw new TypeError(`Expected \`table\` to be an SQL identifier (letters, digits and _), got ${JSON.stringify(table)}`);
-  }
+  assertTableName('`table`', table, false);
   assertInteger('timeoutMs', timeoutMs, 1);
   assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
   assertInteger('sweepBatchSize', sweepBatchSize, 1);
@@ -134,7 +116,7 @@ export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {
   if (options.url !== undefined) {
     file = sqlitePathFromUrl(options.url);
   } else {
-    adapter = adapterFrom(options, isSqliteAdapter, '@keyv/sqlite', 'new KeyvSqlite(url)');
+    adapter = adapterFrom(options, sqliteDriver.adapter!.is, '@keyv/sqlite', 'new KeyvSqlite(url)');
   }
   const owned = adapter === undefined;
 
