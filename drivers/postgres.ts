@@ -11,19 +11,12 @@
 import { createHash } from 'node:crypto';
 import type { Keyv } from 'keyv';
 import type KeyvPostgres from '@keyv/postgres';
-import {
-  recordFromRow,
-  type ClaimRequest,
-  type ClaimResult,
-  type IdempotencyRecord,
-  type IdempotencyStore,
-  type ProcessingRecord,
-  type StoredResponse,
-} from '../src/store.js';
-import { startSweeper, withTimeout } from '../src/timers.js';
-import { assertDriverUrl, postgresDriver } from './registry.js';
-import { adapterFrom, assertOneSource, assertTableName, requireVia } from './utils.js';
+import type { IdempotencyStore } from '../src/store.js';
+import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
+import { assertDriverUrl, postgresDriver } from './registry.js';
+import { sqlStore, type SqlRow } from './sql-store.js';
+import { adapterFrom, assertOneSource, assertTableName, requireVia } from './utils.js';
 
 export interface PostgresStoreOptions {
   /**
@@ -87,23 +80,9 @@ interface PgModule {
   Pool: new (config: Record<string, unknown>) => PgPool;
 }
 
-interface Row {
-  claimed?: boolean;
-  state: 'processing' | 'completed';
-  fingerprint: string;
-  token: string;
-  created_at: string | number;
-  expires_at: string | number;
-  status: number | null;
-  headers: Record<string, string | string[]> | null;
-  body: Buffer | null;
-  n?: number;
-}
+type Row = SqlRow & { claimed?: boolean; n?: number };
 
 type Query = (text: string, values: unknown[], name?: string) => Promise<Row[]>;
-
-const toRecord = (row: Row): IdempotencyRecord => recordFromRow(row);
-
 /** Create a PostgreSQL store. */
 export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   if (typeof options !== 'object' || options === null) {
@@ -191,26 +170,6 @@ BEGIN
   END IF;
 END $$`;
 
-  let closed = false;
-  let schema: Promise<void> | undefined;
-  const ensureSchema = (): Promise<void> => {
-    schema ??= run(ddl, []).then(
-      () => undefined,
-      (error: unknown) => {
-        schema = undefined; // try again on the next call (the server may be back)
-        throw error;
-      },
-    );
-    return schema;
-  };
-  const exec: Query = async (text, values, name) => {
-    if (closed) throw new Error('idempotency-kit: the PostgreSQL store is closed');
-    await ensureSchema();
-    return run(text, values, name);
-  };
-
-  const hash = (key: string) => createHash('sha256').update(key).digest('base64url');
-
   const CLAIM = `WITH claimed AS (
   INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at)
   VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint)
@@ -242,55 +201,38 @@ WHERE ${OWNED} RETURNING 1 AS n`;
 )
 SELECT count(*)::int AS n FROM swept`;
 
-  const sweep = async () => {
-    for (let batch = 0; batch < 10 && !closed; batch++) {
-      const [row] = await exec(SWEEP, [sweepBatchSize], statement('sweep'));
-      if ((row?.n ?? 0) < sweepBatchSize) return;
-    }
-  };
-  const sweeper = startSweeper(sweepIntervalMs, sweep);
+  const exec = run;
+  const changed = async (text: string, values: unknown[], op: string) => (await exec(text, values, statement(op))).length === 1;
 
-  return {
-    name: 'postgres',
-    async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
-      const k = hash(key);
-      // A loser whose conflicting row was committed after this statement's snapshot sees
-      // no row in the same round trip; it reads again, and claims again if the row went.
-      for (let attempt = 0; attempt < 5; attempt++) {
-        const [row] = await exec(CLAIM, [k, request.fingerprint, request.token, request.createdAt, leaseMs], statement('claim'));
-        if (row) {
-          const record = toRecord(row);
-          return row.claimed ? { claimed: true, record: record as ProcessingRecord } : { claimed: false, record };
-        }
-        const [current] = await exec(GET, [k], statement('get'));
-        if (current) return { claimed: false, record: toRecord(current) };
-      }
-      throw new Error('idempotency-kit: PostgreSQL claim did not settle after 5 attempts (the key is churning)');
+  return sqlStore(
+    {
+      name: 'postgres',
+      label: 'PostgreSQL',
+      setUp: async () => {
+        await run(ddl, []);
+      },
+      async claim(key, request, leaseMs) {
+        // A loser whose conflicting row was committed after this statement's snapshot sees
+        // no row in the same round trip; the shared shape then reads it.
+        const [row] = await exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, leaseMs], statement('claim'));
+        return row ? { claimed: row.claimed === true, row } : { claimed: false };
+      },
+      async get(key) {
+        const [row] = await exec(GET, [key], statement('get'));
+        return row;
+      },
+      complete: (key, token, completion) =>
+        changed(COMPLETE, [key, token, completion.ttlMs, completion.status, completion.headers, completion.body], 'complete'),
+      release: (key, token) => changed(RELEASE, [key, token], 'release'),
+      extend: (key, token, leaseMs) => changed(EXTEND, [key, token, leaseMs], 'extend'),
+      async sweep(limit) {
+        const [row] = await exec(SWEEP, [limit], statement('sweep'));
+        return row?.n ?? 0;
+      },
+      close: async () => {
+        await end?.();
+      },
     },
-    async get(key: string) {
-      const [row] = await exec(GET, [hash(key)], statement('get'));
-      return row ? toRecord(row) : undefined;
-    },
-    async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
-      const body = response.body === null ? null : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength);
-      const rows = await exec(
-        COMPLETE,
-        [hash(key), token, ttlMs, response.status, JSON.stringify(response.headers), body],
-        statement('complete'),
-      );
-      return rows.length === 1;
-    },
-    async release(key: string, token: string) {
-      return (await exec(RELEASE, [hash(key), token], statement('release'))).length === 1;
-    },
-    async extend(key: string, token: string, leaseMs: number) {
-      return (await exec(EXTEND, [hash(key), token, leaseMs], statement('extend'))).length === 1;
-    },
-    async close() {
-      if (closed) return;
-      closed = true;
-      await sweeper.stop();
-      await end?.();
-    },
-  };
+    { sweepIntervalMs, sweepBatchSize },
+  );
 }

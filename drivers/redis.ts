@@ -44,7 +44,8 @@ export interface RedisStoreOptions {
    */
   keyv?: Keyv;
   /**
-   * Prefix of every key: records live at `<namespace>:<sha256 of the storage key>`.
+   * Prefix of every key: records live at `<namespace>:<storage key>` (the storage key
+   * is the engine's SHA-256 of scope and idempotency key, never the client's text).
    * @default 'idempotency-kit'
    */
   namespace?: string;
@@ -169,7 +170,8 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
 
   const client = adapter.client as unknown as ScriptClient;
   const prefix = `${namespace}:`;
-  const redisKey = (key: string) => prefix + createHash('sha256').update(key).digest('base64url');
+  // The engine already hands the store a hash of (scope, key); Redis keys are binary-safe.
+  const redisKey = (key: string) => prefix + key;
 
   // Connection state, from the client's events: `down` is the last error seen while not
   // ready; it makes calls fail at once instead of each waiting for a dead server.
