@@ -15,8 +15,8 @@ import type { IdempotencyStore } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import { assertDriverUrl, postgresDriver } from './registry.js';
-import { sqlStore, type SqlRow } from './sql-store.js';
-import { adapterFrom, assertOneSource, assertTableName, requireVia } from './utils.js';
+import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
+import { adapterFrom, assertOneSource, requireVia } from './utils.js';
 
 export interface PostgresStoreOptions {
   /**
@@ -88,16 +88,9 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError('Expected options with a `url`, `adapter` or `keyv`, e.g. postgresStore({ url: "postgres://…" })');
   }
-  const table = options.table ?? 'idempotency_kit_records';
-  const timeoutMs = options.timeoutMs ?? 2000;
+  const { table, timeoutMs, sweepIntervalMs, sweepBatchSize } = checkSqlOptions(options, true);
   const poolSize = options.poolSize ?? 10;
-  const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
-  const sweepBatchSize = options.sweepBatchSize ?? 1000;
-  assertTableName('`table`', table, true);
-  assertInteger('timeoutMs', timeoutMs, 1);
   assertInteger('poolSize', poolSize, 1);
-  assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
-  assertInteger('sweepBatchSize', sweepBatchSize, 1);
   assertOneSource(options);
 
   let query: Query;

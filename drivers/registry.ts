@@ -164,8 +164,20 @@ export const postgresDriver: DriverDefinition = {
   load: async () => (await import('./postgres.js')).postgresStore as never,
 };
 
+export const mysqlDriver: DriverDefinition = {
+  name: 'mysql',
+  schemes: ['mysql'],
+  forms: ['mysql://user[:password]@host[:port]/database (MySQL or MariaDB)'],
+  packages: ['keyv', '@keyv/mysql'],
+  adapter: { pkg: '@keyv/mysql', construct: 'new KeyvMysql(uri)', is: sqlAdapter('mysql') },
+  namespace: 'table',
+  checkUrl: (url) => networkUrl(url, 'MySQL').problem,
+  options: sqlOptions,
+  load: async () => (await import('./mysql.js')).mysqlStore as never,
+};
+
 /** Every built-in driver, in the order error messages list them. */
-export const DRIVERS: readonly DriverDefinition[] = [memoryDriver, sqliteDriver, redisDriver, postgresDriver];
+export const DRIVERS: readonly DriverDefinition[] = [memoryDriver, sqliteDriver, redisDriver, postgresDriver, mysqlDriver];
 
 /** The driver serving a URL scheme (without the colon, any case). */
 export function driverForScheme(scheme: string): DriverDefinition | undefined {

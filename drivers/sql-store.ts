@@ -17,7 +17,8 @@ import {
   type StoredResponse,
 } from '../src/store.js';
 import { startSweeper } from '../src/timers.js';
-import { bodyBuffer, claimUntilSettled, sqlKey, sweepInBatches } from './utils.js';
+import { assertInteger } from '../src/validate.js';
+import { assertTableName, bodyBuffer, claimUntilSettled, sqlKey, sweepInBatches } from './utils.js';
 
 /** A row as a dialect reads it: `headers` may still be JSON text (SQLite, MySQL). */
 export type SqlRow = Omit<SqlRecordRow, 'headers'> & { headers: SqlRecordRow['headers'] | string };
@@ -65,6 +66,22 @@ export interface SqlStoreOptions {
   /** 0 disables the sweep. */
   sweepIntervalMs: number;
   sweepBatchSize: number;
+}
+
+/** The options every SQL driver takes, checked, with their defaults. */
+export function checkSqlOptions(
+  options: { table?: unknown; timeoutMs?: unknown; sweepIntervalMs?: unknown; sweepBatchSize?: unknown },
+  schemaQualified: boolean,
+): { table: string; timeoutMs: number; sweepIntervalMs: number; sweepBatchSize: number } {
+  const table = options.table ?? 'idempotency_kit_records';
+  const timeoutMs = options.timeoutMs ?? 2000;
+  const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
+  const sweepBatchSize = options.sweepBatchSize ?? 1000;
+  assertTableName('`table`', table, schemaQualified);
+  assertInteger('timeoutMs', timeoutMs, 1);
+  assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
+  assertInteger('sweepBatchSize', sweepBatchSize, 1);
+  return { table, timeoutMs, sweepIntervalMs, sweepBatchSize };
 }
 
 const toRecord = (row: SqlRow): IdempotencyRecord =>

@@ -13,10 +13,9 @@ import path from 'node:path';
 import KeyvSqlite from '@keyv/sqlite';
 import type { Keyv } from 'keyv';
 import type { IdempotencyStore } from '../src/store.js';
-import { assertInteger } from '../src/validate.js';
 import { assertDriverUrl, sqliteDriver } from './registry.js';
-import { sqlStore, type SqlRow } from './sql-store.js';
-import { adapterFrom, assertOneSource, assertTableName } from './utils.js';
+import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
+import { adapterFrom, assertOneSource } from './utils.js';
 
 export interface SqliteStoreOptions {
   /**
@@ -78,14 +77,7 @@ export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError('Expected options with a `url`, `adapter` or `keyv`, e.g. sqliteStore({ url: "sqlite://./idempotency.db" })');
   }
-  const table = options.table ?? 'idempotency_kit_records';
-  const timeoutMs = options.timeoutMs ?? 2000;
-  const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
-  const sweepBatchSize = options.sweepBatchSize ?? 1000;
-  assertTableName('`table`', table, false);
-  assertInteger('timeoutMs', timeoutMs, 1);
-  assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
-  assertInteger('sweepBatchSize', sweepBatchSize, 1);
+  const { table, timeoutMs, sweepIntervalMs, sweepBatchSize } = checkSqlOptions(options, false);
   assertOneSource(options);
 
   let file: string | undefined;
