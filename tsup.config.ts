@@ -11,6 +11,8 @@ export default defineConfig({
     'drivers/redis': 'drivers/redis.ts',
     'drivers/postgres': 'drivers/postgres.ts',
     'drivers/sqlite': 'drivers/sqlite.ts',
+    'drivers/mysql': 'drivers/mysql.ts',
+    testing: 'testing/store-contract.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,

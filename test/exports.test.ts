@@ -21,6 +21,8 @@ const expected: Record<string, string[]> = {
   './drivers/redis': ['redisStore'],
   './drivers/postgres': ['postgresStore'],
   './drivers/sqlite': ['sqliteStore'],
+  './drivers/mysql': ['mysqlStore'],
+  './testing': ['storeContract'],
 };
 
 const node = (args: string[]) => execFileSync(process.execPath, args, { encoding: 'utf8', cwd: process.cwd() }).trim();
@@ -73,9 +75,16 @@ describe('package exports', () => {
       JSON.parse(
         node(['-e', `require(${JSON.stringify(specifier(sub))}); console.log(JSON.stringify(Object.keys(require.cache)))`]),
       ) as string[];
-    const clients = { redis: '/node_modules/@redis/', postgres: '/node_modules/pg/', sqlite: '/node_modules/sqlite3/' };
+    const clients = {
+      redis: '/node_modules/@redis/',
+      postgres: '/node_modules/pg/',
+      sqlite: '/node_modules/sqlite3/',
+      mysql: '/node_modules/mysql2/',
+      // the store contract takes the test runner as an argument: it never loads one itself
+      vitest: '/node_modules/vitest/',
+    };
     const uses = (files: string[], client: string) => files.some((f) => f.includes(client));
-    for (const sub of ['.', './node', './express', './fastify', './koa', './drivers/memory']) {
+    for (const sub of ['.', './node', './express', './fastify', './koa', './drivers/memory', './drivers/mysql', './testing']) {
       const files = loaded(sub);
       for (const client of Object.values(clients)) expect(uses(files, client), `${sub} loads ${client}`).toBe(false);
     }
@@ -85,5 +94,6 @@ describe('package exports', () => {
     expect(uses(loaded('./drivers/redis'), clients.sqlite)).toBe(false);
     expect(uses(loaded('./drivers/postgres'), clients.redis)).toBe(false);
     expect(uses(loaded('./drivers/sqlite'), clients.postgres)).toBe(false);
+    expect(uses(loaded('./drivers/postgres'), clients.mysql)).toBe(false);
   });
 });
