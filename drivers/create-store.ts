@@ -13,8 +13,8 @@ import { assertTableName, isModuleNotFound, missingPackages, redactUrl } from '.
 
 export interface CreateStoreOptions {
   /**
-   * Redis: the key prefix (`<namespace>:<hash>`). SQLite and PostgreSQL: the table name
-   * (an SQL identifier). Not used by memory.
+   * Redis: the key prefix (`<namespace>:<storage key>`). SQLite, PostgreSQL and MySQL:
+   * the table name (an SQL identifier). Not used by memory.
    * @default 'idempotency-kit' (Redis), 'idempotency_kit_records' (SQL)
    */
   namespace?: string;
@@ -24,7 +24,7 @@ export interface CreateStoreOptions {
    */
   timeoutMs?: number;
   /**
-   * SQLite and PostgreSQL: how often expired rows are swept, in ms; 0 disables.
+   * SQLite, PostgreSQL and MySQL: how often expired rows are swept, in ms; 0 disables.
    * @default 60000
    */
   sweepIntervalMs?: number;
@@ -126,9 +126,9 @@ function driverStore(driver: DriverDefinition, source: { url: string } | { adapt
 }
 
 /**
- * Create a store from a URL (`sqlite://…`, `redis://…`, `postgres://…`, `memory://`), a
- * Keyv instance, a `@keyv/redis` / `@keyv/postgres` / `@keyv/sqlite` adapter, or an empty
- * Map. Anything else throws a TypeError listing what is supported; there is never a
+ * Create a store from a URL (`sqlite://…`, `redis://…`, `postgres://…`, `mysql://…`,
+ * `memory://`), a Keyv instance, a `@keyv/redis` / `@keyv/postgres` / `@keyv/sqlite` /
+ * `@keyv/mysql` adapter, or an empty Map. Anything else throws a TypeError listing what is supported; there is never a
  * silent fallback to memory.
  */
 export function createStore(target: StoreTarget, options: CreateStoreOptions = {}): IdempotencyStore {
