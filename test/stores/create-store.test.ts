@@ -242,4 +242,44 @@ await store.get('k').catch(() => undefined); await store.close();`),
     expect(sqlite).toEqual(['sqlite3']);
     expect(mysql).toEqual(['mysql2']);
   });
+
+  it('a missing optional package: the first use says which packages to install, for every driver', async () => {
+    // A process where the adapter packages cannot be found, as in a project that never
+    // installed them: both `import` (ESM hook) and `require` (CommonJS resolver) fail.
+    const file = path.join(dir, `missing-${randomUUID()}.mts`);
+    const hidden = ['@keyv/redis', '@keyv/postgres', '@keyv/sqlite', '@keyv/mysql'];
+    await writeFile(
+      file,
+      `import Module, { register } from 'node:module';
+const hidden = ${JSON.stringify(hidden)};
+const notFound = (name, code) => Object.assign(new Error('Cannot find module ' + name), { code });
+const resolve = Module._resolveFilename;
+Module._resolveFilename = function (request, ...rest) {
+  if (hidden.includes(request)) throw notFound(request, 'MODULE_NOT_FOUND');
+  return resolve.call(this, request, ...rest);
+};
+register('data:text/javascript,' + encodeURIComponent(\`
+  const hidden = \${JSON.stringify(hidden)};
+  export async function resolve(specifier, context, next) {
+    if (hidden.includes(specifier)) throw Object.assign(new Error('Cannot find package ' + specifier), { code: 'ERR_MODULE_NOT_FOUND' });
+    return next(specifier, context);
+  }\`));
+const { createStore } = await import(${JSON.stringify(path.join(process.cwd(), 'drivers', 'create-store.ts'))});
+const messages = [];
+for (const url of ['redis://127.0.0.1:1', 'postgres://x@127.0.0.1:1/db', 'sqlite://:memory:', 'mysql://x@127.0.0.1:1/db']) {
+  const store = createStore(url, { timeoutMs: 200 });
+  messages.push(await store.get('k').then(() => 'no error', (error) => error.message));
+  await store.close();
+}
+console.log(JSON.stringify(messages));
+`,
+    );
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', file], { cwd: process.cwd() });
+    expect(JSON.parse(stdout.trim().split('\n').at(-1)!)).toEqual([
+      'idempotency-kit: the redis store needs optional packages: npm install keyv @keyv/redis',
+      'idempotency-kit: the postgres store needs optional packages: npm install keyv @keyv/postgres',
+      'idempotency-kit: the sqlite store needs optional packages: npm install keyv @keyv/sqlite',
+      'idempotency-kit: the mysql store needs optional packages: npm install keyv @keyv/mysql',
+    ]);
+  });
 });
