@@ -77,7 +77,10 @@ interface MysqlPool {
 }
 interface Mysql2 {
   format(sql: string, values: unknown[]): string;
-  createPool(config: Record<string, unknown>): { promise(): MysqlPool };
+  createPool(config: Record<string, unknown>): {
+    promise(): MysqlPool;
+    on(event: 'connection', listener: (connection: { query(sql: string, callback: () => void): unknown }) => void): unknown;
+  };
 }
 
 type Query = (sql: string, values: unknown[]) => Promise<Result>;
@@ -105,20 +108,26 @@ export function mysqlStore(options: MysqlStoreOptions): IdempotencyStore {
     const open = () => {
       // Not the adapter's pool: @keyv/mysql keeps one module-wide pool that its
       // disconnect() ends for every user in the process.
-      pool ??= mysql2()
-        .createPool({
-          uri,
-          connectionLimit: poolSize,
-          connectTimeout: timeoutMs,
-          waitForConnections: true,
-          enableKeepAlive: true,
-          idleTimeout: 30_000,
-          charset: 'utf8mb4',
-          // Plain numbers for BIGINT columns: epoch ms fit in a double.
-          supportBigNumbers: true,
-          bigNumberStrings: false,
-        })
-        .promise();
+      if (pool) return pool;
+      const raw = mysql2().createPool({
+        uri,
+        connectionLimit: poolSize,
+        connectTimeout: timeoutMs,
+        waitForConnections: true,
+        enableKeepAlive: true,
+        idleTimeout: 30_000,
+        charset: 'utf8mb4',
+        // Plain numbers for BIGINT columns: epoch ms fit in a double.
+        supportBigNumbers: true,
+        bigNumberStrings: false,
+      });
+      // The server bounds lock waits too (whole seconds), so a statement stuck behind a
+      // lock gives up by itself rather than running long after the store stopped waiting.
+      const lockWaitS = Math.max(1, Math.ceil(timeoutMs / 1000));
+      raw.on('connection', (connection) => {
+        connection.query(`SET SESSION innodb_lock_wait_timeout = ${lockWaitS}, lock_wait_timeout = ${lockWaitS}`, () => undefined);
+      });
+      pool = raw.promise();
       return pool;
     };
     query = async (sql, values) => (await open().query(sql, values))[0];

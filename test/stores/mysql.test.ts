@@ -184,6 +184,29 @@ describe.skipIf(!available)('mysql store specifics', () => {
     silent.close();
   });
 
+  it('S6: a claim stuck behind a row lock fails within timeoutMs, and the server drops it too (it never lands later)', async () => {
+    const name = table();
+    const store = mysqlStore({ url: MYSQL_URL, table: name, timeoutMs: 1000 });
+    await store.claim('k', claimOf('first'), 100);
+    await sleep(150); // the lease ended: the next claim would take the row over
+    const locker = await mysql.createConnection(MYSQL_URL);
+    try {
+      await locker.query('BEGIN');
+      await locker.query(`SELECT * FROM \`${name}\` WHERE \`key\` = 'k' FOR UPDATE`);
+      const started = Date.now();
+      await expect(store.claim('k', claimOf('stuck'), 60_000)).rejects.toThrow();
+      expect(Date.now() - started).toBeLessThan(2500);
+      await sleep(1500); // past the server's own lock wait bound (1 s)
+    } finally {
+      await locker.query('COMMIT').catch(() => undefined);
+      await locker.end();
+    }
+    await sleep(200);
+    const [rows] = await admin.query(`SELECT CAST(token AS CHAR) AS token FROM \`${name}\``);
+    expect(rows).toEqual([{ token: 'first' }]);
+    await store.close();
+  });
+
   it('rejects bad options with precise TypeErrors', () => {
     expect(() => mysqlStore({ url: 'postgres://x' })).toThrow('Expected `url` to start with mysql://, got "postgres://x"');
     expect(() => mysqlStore({ url: 'mysql://' })).toThrow(/Expected a host in the MySQL URL/);
