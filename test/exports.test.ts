@@ -23,6 +23,9 @@ const expected: Record<string, string[]> = {
   './drivers/sqlite': ['sqliteStore'],
   './drivers/mysql': ['mysqlStore'],
   './testing': ['storeContract'],
+  './client': ['createIdempotentFetch', 'IdempotentRequestError', 'isIdempotentRequestError'],
+  './client/got': ['idempotentGot'],
+  './client/ky': ['idempotentKy'],
 };
 
 const node = (args: string[]) => execFileSync(process.execPath, args, { encoding: 'utf8', cwd: process.cwd() }).trim();
@@ -40,6 +43,19 @@ describe('package exports', () => {
         expect(existsSync(condition.default), condition.default).toBe(true);
       }
     }
+  });
+
+  it('the root and ./node export only the public surface (internals stay behind the package boundary)', () => {
+    const keys = (sub: string) =>
+      (JSON.parse(node(['--input-type=module', '-e', `const m = await import(${JSON.stringify(specifier(sub))}); console.log(JSON.stringify(Object.keys(m)))`])) as string[]).sort();
+    expect(keys('.')).toEqual(
+      [
+        'BodyTooLargeError', 'Idempotency', 'IdempotencyConflictError', 'IdempotencyError', 'IdempotencyKeyError',
+        'IdempotencyMismatchError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
+        'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'isIdempotencyError',
+      ].sort(),
+    );
+    expect(keys('./node')).toEqual(['withIdempotency']);
   });
 
   for (const [sub, names] of Object.entries(expected)) {
@@ -84,10 +100,13 @@ describe('package exports', () => {
       vitest: '/node_modules/vitest/',
     };
     const uses = (files: string[], client: string) => files.some((f) => f.includes(client));
-    for (const sub of ['.', './node', './express', './fastify', './koa', './drivers/memory', './drivers/mysql', './testing']) {
+    for (const sub of ['.', './node', './express', './fastify', './koa', './drivers/memory', './drivers/mysql', './testing', './client', './client/got', './client/ky']) {
       const files = loaded(sub);
       for (const client of Object.values(clients)) expect(uses(files, client), `${sub} loads ${client}`).toBe(false);
     }
+    // The client entries import got and ky as types only: the user's own copy is passed in.
+    expect(uses(loaded('./client/got'), '/node_modules/got/')).toBe(false);
+    expect(uses(loaded('./client/ky'), '/node_modules/ky/')).toBe(false);
     // The check can fail: a driver does load its own client.
     expect(uses(loaded('./drivers/redis'), clients.redis)).toBe(true);
     expect(uses(loaded('./drivers/redis'), clients.postgres)).toBe(false);
