@@ -17,6 +17,8 @@ const expected: Record<string, string[]> = {
   './express': ['idempotency'],
   './fastify': ['idempotency'],
   './koa': ['idempotency'],
+  './fetch': ['withIdempotency'],
+  './hono': ['idempotency'],
   './drivers/memory': ['memoryStore'],
   './drivers/redis': ['redisStore'],
   './drivers/postgres': ['postgresStore'],
@@ -100,7 +102,7 @@ describe('package exports', () => {
       vitest: '/node_modules/vitest/',
     };
     const uses = (files: string[], client: string) => files.some((f) => f.includes(client));
-    for (const sub of ['.', './node', './express', './fastify', './koa', './drivers/memory', './drivers/mysql', './testing', './client', './client/got', './client/ky']) {
+    for (const sub of ['.', './node', './express', './fastify', './koa', './fetch', './hono', './drivers/memory', './drivers/mysql', './testing', './client', './client/got', './client/ky']) {
       const files = loaded(sub);
       for (const client of Object.values(clients)) expect(uses(files, client), `${sub} loads ${client}`).toBe(false);
     }
