@@ -155,7 +155,7 @@ export function failoverRaceTests(name: string, topology: () => FailoverTopology
       // Claims recover after the promotion, not after the dead node comes back.
       expect(result.claimsSucceedAgainAfterMs).toBeLessThan(result.promotedAfterMs + 5000);
     }
-  }, 60_000 * rounds);
+  }, 150_000 * rounds);
 
   it(`waitForReplicas { replicas: 1 }: ${rounds} failover(s) with no double execution`, async () => {
     for (let round = 0; round < rounds; round++) {
@@ -164,5 +164,5 @@ export function failoverRaceTests(name: string, topology: () => FailoverTopology
       expect(result.keys).toBeGreaterThan(minKeys);
       expect(result.doubleExecutions).toBe(0);
     }
-  }, 60_000 * rounds);
+  }, 150_000 * rounds);
 }
