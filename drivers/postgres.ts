@@ -9,22 +9,10 @@
  * const store = postgresStore({ url: 'postgres://app@db.internal:5432/app' });
  */
 import { createHash } from 'node:crypto';
-import { createRequire } from 'node:module';
 import type { Keyv } from 'keyv';
 import type KeyvPostgres from '@keyv/postgres';
-import {
-  decodeRecord,
-  recordFromRow,
-  type ClaimRequest,
-  type ClaimResult,
-  type IdempotencyRecord,
-  type IdempotencyStore,
-  type ProcessingRecord,
-  type SettleListener,
-  type StoredResponse,
-} from '../src/store.js';
-import { startSweeper, withTimeout } from '../src/timers.js';
-import { adapterFrom, assertOneSource } from './keyv-input.js';
+import { decodeRecord, type IdempotencyRecord, type IdempotencyStore, type SettleListener, type StoredResponse } from '../src/store.js';
+import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import type { TransactionalStore } from '../src/transaction.js';
 import {
@@ -34,6 +22,9 @@ import {
   type PostgresPool,
   type PostgresTransactionOptions,
 } from './postgres-transaction.js';
+import { assertDriverUrl, postgresDriver } from './registry.js';
+import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
+import { adapterFrom, assertOneSource, bodyBuffer, requireVia, sqlKey } from './utils.js';
 
 export type { ClientOf, IsolationLevel, PostgresClient, PostgresPool, PostgresTransactionOptions } from './postgres-transaction.js';
 
@@ -126,75 +117,9 @@ interface PgClient {
   connection?: { stream?: { unref?: () => unknown } };
 }
 
-interface Row {
-  claimed?: boolean;
-  state: 'processing' | 'completed';
-  fingerprint: string;
-  token: string;
-  created_at: string | number;
-  expires_at: string | number;
-  status: number | null;
-  headers: Record<string, string | string[]> | null;
-  body: Buffer | null;
-  n?: number;
-}
+type Row = SqlRow & { claimed?: boolean; n?: number };
 
 type Query = (text: string, values: unknown[], name?: string) => Promise<Row[]>;
-
-/**
- * `pg` as installed with `@keyv/postgres` (its dependency), resolved from the adapter's
- * location so that it is found under any package manager layout and never bundled.
- */
-function loadPg(): PgModule {
-  const here = typeof __filename === 'string' ? __filename : import.meta.url;
-  const adapterPath = createRequire(here).resolve('@keyv/postgres');
-  return createRequire(adapterPath)('pg') as PgModule;
-}
-
-const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
-
-function checkTable(table: unknown): asserts table is string {
-  const parts = typeof table === 'string' ? table.split('.') : [];
-  if (parts.length < 1 || parts.length > 2 || !parts.every((p) => IDENTIFIER.test(p))) {
-    throw new TypeError(
-      `Expected \`table\` to be an SQL identifier (letters, digits and _, optionally schema.table), got ${JSON.stringify(table)}`,
-    );
-  }
-}
-
-/** The URL as shown in errors: a password never reaches a log. */
-function shown(url: unknown): string {
-  return typeof url === 'string'
-    ? JSON.stringify(url.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#@:]*:)[^/?#@]*@/, '$1***@'))
-    : String(url);
-}
-
-function checkPostgresUrl(url: unknown): asserts url is string {
-  let parsed: URL | undefined;
-  try {
-    parsed = typeof url === 'string' ? new URL(url) : undefined;
-  } catch {
-    parsed = undefined;
-  }
-  if (!parsed) {
-    throw new TypeError(`Expected \`url\` to be a postgres:// or postgresql:// URL, got ${shown(url)}`);
-  }
-  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
-    throw new TypeError(`Expected \`url\` to start with postgres:// or postgresql://, got ${shown(url)}`);
-  }
-  if (!parsed.hostname && !parsed.searchParams.has('host')) {
-    throw new TypeError(`Expected a host in the PostgreSQL URL ${shown(url)}, e.g. postgres://user@127.0.0.1:5432/app`);
-  }
-}
-
-function isPostgresAdapter(value: unknown): value is KeyvPostgres {
-  const candidate = value as { query?: unknown; opts?: { dialect?: unknown } } | null;
-  return typeof candidate === 'object' && candidate !== null && typeof candidate.query === 'function' && candidate.opts?.dialect === 'postgres';
-}
-
-
-const toRecord = (row: Row): IdempotencyRecord => recordFromRow(row);
-
 /** Create a PostgreSQL store on the application's own `pg` Pool: its transactions hand out that pool's clients. */
 export function postgresStore<P extends PostgresPool>(options: PostgresStoreOptions & { pool: P }): PostgresStore<ClientOf<P>>;
 /** Create a PostgreSQL store with a pool of its own. */
@@ -205,16 +130,9 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError('Expected options with a `url`, `adapter` or `keyv`, e.g. postgresStore({ url: "postgres://…" })');
   }
-  const table = options.table ?? 'idempotency_kit_records';
-  const timeoutMs = options.timeoutMs ?? 2000;
+  const { table, timeoutMs, sweepIntervalMs, sweepBatchSize } = checkSqlOptions(options, true);
   const poolSize = options.poolSize ?? 10;
-  const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
-  const sweepBatchSize = options.sweepBatchSize ?? 1000;
-  checkTable(table);
-  assertInteger('timeoutMs', timeoutMs, 1);
   assertInteger('poolSize', poolSize, 1);
-  assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
-  assertInteger('sweepBatchSize', sweepBatchSize, 1);
   if (options.pool === undefined) assertOneSource(options);
   else if (options.url !== undefined || options.adapter !== undefined || options.keyv !== undefined) {
     throw new TypeError('Expected exactly one of `url`, `adapter`, `keyv` or `pool`');
@@ -236,12 +154,13 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     const settings = (pool as { options?: Record<string, unknown> }).options;
     if (settings && typeof settings === 'object') listenConfig = { ...settings };
   } else if (options.url !== undefined) {
-    checkPostgresUrl(options.url);
+    assertDriverUrl(postgresDriver, options.url, 'postgres://user@127.0.0.1:5432/app');
     const url = options.url;
     let pool: PgPool | undefined;
     const open = () => {
       if (!pool) {
-        const pg = loadPg();
+        // `pg` as installed with @keyv/postgres (its dependency).
+        const pg = requireVia<PgModule>('postgres', postgresDriver.packages, '@keyv/postgres', 'pg');
         pool = new pg.Pool({
           connectionString: url,
           max: poolSize,
@@ -265,7 +184,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
       await pool?.end();
     };
   } else {
-    const adapter = adapterFrom(options, isPostgresAdapter, '@keyv/postgres', 'new KeyvPostgres({ uri })');
+    const adapter = adapterFrom<KeyvPostgres>(options, postgresDriver.adapter!.is, '@keyv/postgres', 'new KeyvPostgres({ uri })');
     query = (text, values) => (adapter.query as (sql: string, values: unknown[]) => Promise<Row[]>)(text, values);
     const { uri, table: _table, keySize: _keySize, schema: _schema, dialect: _dialect, iterationLimit: _limit, useUnloggedTable: _unlogged, ...pool } =
       (adapter.opts ?? {}) as Record<string, unknown>;
@@ -308,26 +227,6 @@ BEGIN
     CREATE INDEX ${indexName} ON ${quoted} (expires_at);
   END IF;
 END $$`;
-
-  let closed = false;
-  let schema: Promise<void> | undefined;
-  const ensureSchema = (): Promise<void> => {
-    schema ??= run(ddl, []).then(
-      () => undefined,
-      (error: unknown) => {
-        schema = undefined; // try again on the next call (the server may be back)
-        throw error;
-      },
-    );
-    return schema;
-  };
-  const exec: Query = async (text, values, name) => {
-    if (closed) throw new Error('idempotency-kit: the PostgreSQL store is closed');
-    await ensureSchema();
-    return run(text, values, name);
-  };
-
-  const hash = (key: string) => createHash('sha256').update(key).digest('base64url');
 
   const CLAIM = `WITH claimed AS (
   INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at)
@@ -374,15 +273,71 @@ SELECT n, pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::t
 )
 SELECT count(*)::int AS n FROM swept`;
 
+  let closed = false;
+  let schema: Promise<void> | undefined;
+  // The table, created once (also for a transaction that comes before any other call).
+  const ensureSchema = (): Promise<void> => {
+    schema ??= run(ddl, []).then(
+      () => undefined,
+      (error: unknown) => {
+        schema = undefined; // try again on the next call (the server may be back)
+        throw error;
+      },
+    );
+    return schema;
+  };
+  const exec = run;
+  const changed = async (text: string, values: unknown[], op: string) => (await exec(text, values, statement(op))).length === 1;
+  // For the transaction path: `key` as the store's methods receive it (not hashed).
   const completeValues = (key: string, token: string, response: StoredResponse, ttlMs: number) => [
-    hash(key),
+    sqlKey(key),
     token,
     ttlMs,
     response.status,
     JSON.stringify(response.headers),
-    response.body === null ? null : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength),
+    bodyBuffer(response.body),
     notifyPayload(key),
   ];
+
+  const feed = listenConfig ? listenFeed(listenConfig, channel, timeoutMs) : undefined;
+  const store = sqlStore(
+    {
+      name: 'postgres',
+      label: 'PostgreSQL',
+      setUp: ensureSchema,
+      async claim(key, request, leaseMs) {
+        // A loser whose conflicting row was committed after this statement's snapshot sees
+        // no row in the same round trip; the shared shape then reads it.
+        const [row] = await exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, leaseMs], statement('claim'));
+        return row ? { claimed: row.claimed === true, row } : { claimed: false };
+      },
+      async get(key) {
+        const [row] = await exec(GET, [key], statement('get'));
+        return row;
+      },
+      complete: (key, token, completion) =>
+        changed(
+          COMPLETE,
+          [key, token, completion.ttlMs, completion.status, completion.headers, completion.body, notifyPayload(completion.storageKey)],
+          'complete',
+        ),
+      release: (key, token, storageKey) => changed(RELEASE, [key, token, notifyPayload(storageKey)], 'release'),
+      extend: (key, token, leaseMs) => changed(EXTEND, [key, token, leaseMs], 'extend'),
+      async sweep(limit) {
+        const [row] = await exec(SWEEP, [limit], statement('sweep'));
+        return row?.n ?? 0;
+      },
+      close: async () => {
+        closed = true;
+        await feed?.close();
+        await end?.();
+      },
+      ...(feed ? { subscribe: feed.subscribe } : {}),
+    },
+    { sweepIntervalMs, sweepBatchSize },
+  );
+
+  // Where a handler's transaction runs: on the store's own pool or the application's.
   const transaction = connect
     ? createTransaction(options, {
         connect,
@@ -394,60 +349,11 @@ SELECT count(*)::int AS n FROM swept`;
         completeSql: COMPLETE,
         completeValues,
         lockedReadSql: `SELECT state, token FROM ${quoted} WHERE key = $1 FOR SHARE`,
-        hash,
+        // Keys in their stored form, as the store's own statements use them.
+        hash: sqlKey,
         timeoutMs,
       })
     : undefined;
-
-  const sweep = async () => {
-    for (let batch = 0; batch < 10 && !closed; batch++) {
-      const [row] = await exec(SWEEP, [sweepBatchSize], statement('sweep'));
-      if ((row?.n ?? 0) < sweepBatchSize) return;
-    }
-  };
-  const sweeper = startSweeper(sweepIntervalMs, sweep);
-  const feed = listenConfig ? listenFeed(listenConfig, channel, timeoutMs) : undefined;
-
-  const store: IdempotencyStore = {
-    name: 'postgres',
-    async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
-      const k = hash(key);
-      // A loser whose conflicting row was committed after this statement's snapshot sees
-      // no row in the same round trip; it reads again, and claims again if the row went.
-      for (let attempt = 0; attempt < 5; attempt++) {
-        const [row] = await exec(CLAIM, [k, request.fingerprint, request.token, request.createdAt, leaseMs], statement('claim'));
-        if (row) {
-          const record = toRecord(row);
-          return row.claimed ? { claimed: true, record: record as ProcessingRecord } : { claimed: false, record };
-        }
-        const [current] = await exec(GET, [k], statement('get'));
-        if (current) return { claimed: false, record: toRecord(current) };
-      }
-      throw new Error('idempotency-kit: PostgreSQL claim did not settle after 5 attempts (the key is churning)');
-    },
-    async get(key: string) {
-      const [row] = await exec(GET, [hash(key)], statement('get'));
-      return row ? toRecord(row) : undefined;
-    },
-    async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
-      const rows = await exec(COMPLETE, completeValues(key, token, response, ttlMs), statement('complete'));
-      return rows.length === 1;
-    },
-    async release(key: string, token: string) {
-      return (await exec(RELEASE, [hash(key), token, notifyPayload(key)], statement('release'))).length === 1;
-    },
-    async extend(key: string, token: string, leaseMs: number) {
-      return (await exec(EXTEND, [hash(key), token, leaseMs], statement('extend'))).length === 1;
-    },
-    ...(feed ? { subscribe: feed.subscribe } : {}),
-    async close() {
-      if (closed) return;
-      closed = true;
-      await feed?.close();
-      await sweeper.stop();
-      await end?.();
-    },
-  };
   return transaction ? Object.assign(store, { transaction }) : store;
 }
 
@@ -519,7 +425,7 @@ function listenFeed(
     if (closed || connection || retry) return;
     let client: PgClient;
     try {
-      client = new (loadPg().Client)({
+      client = new (requireVia<PgModule>('postgres', postgresDriver.packages, '@keyv/postgres', 'pg').Client)({
         ...config,
         connectionTimeoutMillis: timeoutMs,
         keepAlive: true,

@@ -22,7 +22,8 @@ import {
   type StoredResponse,
 } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
-import { adapterFrom } from './keyv-input.js';
+import { assertDriverUrl, redisDriver } from './registry.js';
+import { adapterFrom, isLive } from './utils.js';
 import { assertInteger } from '../src/validate.js';
 import { isRedisClusterUrl, isRedisSentinelUrl, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
 
@@ -58,7 +59,8 @@ export interface RedisStoreOptions {
    */
   keyv?: Keyv;
   /**
-   * Prefix of every key: records live at `<namespace>:<sha256 of the storage key>`.
+   * Prefix of every key: records live at `<namespace>:<storage key>` (the storage key
+   * is the engine's SHA-256 of scope and idempotency key, never the client's text).
    * @default 'idempotency-kit'
    */
   namespace?: string;
@@ -175,46 +177,11 @@ function responseJson(response: StoredResponse): string {
   });
 }
 
-function isLive(record: IdempotencyRecord, now: number): boolean {
-  return record.state === 'processing' ? record.leaseUntil > now : record.expiresAt > now;
-}
-
 function describe(error: unknown): string {
   return error instanceof Error ? error.message || error.name : String(error);
 }
 
 const timedOut = (what: string, ms: number) => `idempotency-kit: Redis ${what} timed out after ${ms} ms`;
-
-function isRedisAdapter(value: unknown): value is KeyvRedis<unknown> {
-  const candidate = value as { client?: unknown; getClient?: unknown } | null;
-  return typeof candidate === 'object' && candidate !== null && typeof candidate.getClient === 'function' && typeof candidate.client === 'object';
-}
-
-/** The URL as shown in errors: a password never reaches a log. */
-function shown(url: unknown): string {
-  return typeof url === 'string'
-    ? JSON.stringify(url.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#@:]*:)[^/?#@]*@/, '$1***@'))
-    : String(url);
-}
-
-function checkRedisUrl(url: unknown): asserts url is string {
-  if (typeof url !== 'string') throw new TypeError(`Expected \`url\` to be a redis:// or rediss:// URL, got ${String(url)}`);
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    throw new TypeError(`Expected \`url\` to be a redis:// or rediss:// URL, got ${shown(url)}`);
-  }
-  if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
-    throw new TypeError(`Expected \`url\` to start with redis://, rediss://, redis+cluster:// or redis+sentinel://, got ${shown(url)}`);
-  }
-  if (!parsed.hostname) throw new TypeError(`Expected a host in the Redis URL ${shown(url)}, e.g. redis://127.0.0.1:6379`);
-  if (parsed.pathname !== '' && parsed.pathname !== '/' && !/^\/\d+$/.test(parsed.pathname)) {
-    throw new TypeError(
-      `Expected the Redis URL path to be a database number (redis://host:6379/0), got ${JSON.stringify(parsed.pathname)} in ${shown(url)}`,
-    );
-  }
-}
 
 function checkWaitForReplicas(value: WaitForReplicas | undefined): WaitForReplicas | undefined {
   if (value === undefined) return undefined;
@@ -268,7 +235,7 @@ function ownAdapter(url: string, timeoutMs: number): KeyvRedis<unknown> {
       keyvOptions,
     );
   }
-  checkRedisUrl(url);
+  assertDriverUrl(redisDriver, url, 'redis://127.0.0.1:6379');
   return new KeyvRedis({ url, ...connection }, keyvOptions);
 }
 
@@ -294,7 +261,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     // The adapter re-emits client errors; the store reports them through its calls.
     adapter.on('error', () => undefined);
   } else {
-    adapter = adapterFrom(options, isRedisAdapter, '@keyv/redis', 'new KeyvRedis(url)');
+    adapter = adapterFrom(options, redisDriver.adapter!.is, '@keyv/redis', 'new KeyvRedis(url)');
   }
 
   const client = adapter.client as unknown as ScriptClient;
@@ -311,7 +278,8 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     };
   };
   const feed = settleFeed(client, channel, timeoutMs, adapter.isSentinel() ? sentinelSubscriber : undefined);
-  const redisKey = (key: string) => prefix + createHash('sha256').update(key).digest('base64url');
+  // The engine already hands the store a hash of (scope, key); Redis keys are binary-safe.
+  const redisKey = (key: string) => prefix + key;
 
   // Connection state, from the client's events: `down` is the last error seen while not
   // ready; it makes calls fail at once instead of each waiting for a dead server.
