@@ -124,7 +124,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
       await pool?.end();
     };
   } else {
-    const adapter = adapterFrom<KeyvPostgres>(options, postgresDriver.adapter!.is, '@keyv/postgres', 'new KeyvPostgres({ uri })');
+    const adapter = adapterFrom<KeyvPostgres>(options, postgresDriver.adapter!);
     query = (text, values) => (adapter.query as (sql: string, values: unknown[]) => Promise<Row[]>)(text, values);
   }
   const run: Query = (text, values, name) => withTimeout(query(text, values, name), timeoutMs, `idempotency-kit: PostgreSQL did not answer within ${timeoutMs} ms`);
