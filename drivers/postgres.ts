@@ -11,14 +11,31 @@
 import { createHash } from 'node:crypto';
 import type { Keyv } from 'keyv';
 import type KeyvPostgres from '@keyv/postgres';
-import type { IdempotencyStore } from '../src/store.js';
+import type { IdempotencyStore, StoredResponse } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
+import type { TransactionalStore } from '../src/transaction.js';
+import {
+  createTransaction,
+  type ClientOf,
+  type PostgresClient,
+  type PostgresPool,
+  type PostgresTransactionOptions,
+} from './postgres-transaction.js';
 import { assertDriverUrl, postgresDriver } from './registry.js';
 import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
-import { adapterFrom, assertOneSource, requireVia } from './utils.js';
+import { adapterFrom, assertOneSource, bodyBuffer, requireVia, sqlKey } from './utils.js';
 
-export interface PostgresStoreOptions {
+export type { ClientOf, IsolationLevel, PostgresClient, PostgresPool, PostgresTransactionOptions } from './postgres-transaction.js';
+
+/**
+ * A PostgreSQL store made from `url` or `pool`: it can also run a handler in a transaction
+ * that completes the record before it commits (`idempotent(fn, { transaction: true })`,
+ * `inTransaction(req, work)`; see docs/transactions.md).
+ */
+export type PostgresStore<Client = PostgresClient> = TransactionalStore<Client>;
+
+export interface PostgresStoreOptions extends PostgresTransactionOptions {
   /**
    * `postgres://user:password@host:port/database` (or `postgresql://`), with any
    * libpq-style parameters `pg` understands (`?sslmode=require`, …). Ignored when
@@ -37,6 +54,14 @@ export interface PostgresStoreOptions {
    * @default undefined
    */
   keyv?: Keyv;
+  /**
+   * The application's own `pg` Pool: records live next to its tables, in its database, and
+   * a transaction can hold both its writes and the record. The store never ends it, and
+   * adds no timeouts of its own to it besides bounding each of its calls by `timeoutMs`.
+   * Give it at least 2 connections: the lease renews on another while a transaction runs.
+   * @default undefined
+   */
+  pool?: PostgresPool;
   /**
    * Table holding the records, created with its index on first use. A plain SQL
    * identifier (letters, digits, `_`), optionally schema-qualified (`idem.records`).
@@ -73,6 +98,7 @@ interface PgResult {
 }
 interface PgPool {
   query(config: { text: string; values: unknown[]; name?: string }): Promise<PgResult>;
+  connect(): Promise<PostgresClient>;
   end(): Promise<void>;
   on(event: 'error', listener: (error: Error) => void): unknown;
 }
@@ -83,7 +109,12 @@ interface PgModule {
 type Row = SqlRow & { claimed?: boolean; n?: number };
 
 type Query = (text: string, values: unknown[], name?: string) => Promise<Row[]>;
+/** Create a PostgreSQL store on the application's own `pg` Pool: its transactions hand out that pool's clients. */
+export function postgresStore<P extends PostgresPool>(options: PostgresStoreOptions & { pool: P }): PostgresStore<ClientOf<P>>;
+/** Create a PostgreSQL store with a pool of its own. */
+export function postgresStore(options: PostgresStoreOptions & { url: string }): PostgresStore;
 /** Create a PostgreSQL store. */
+export function postgresStore(options: PostgresStoreOptions): IdempotencyStore;
 export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError('Expected options with a `url`, `adapter` or `keyv`, e.g. postgresStore({ url: "postgres://…" })');
@@ -91,11 +122,23 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   const { table, timeoutMs, sweepIntervalMs, sweepBatchSize } = checkSqlOptions(options, true);
   const poolSize = options.poolSize ?? 10;
   assertInteger('poolSize', poolSize, 1);
-  assertOneSource(options);
+  if (options.pool === undefined) assertOneSource(options);
+  else if (options.url !== undefined || options.adapter !== undefined || options.keyv !== undefined) {
+    throw new TypeError('Expected exactly one of `url`, `adapter`, `keyv` or `pool`');
+  }
 
   let query: Query;
   let end: (() => Promise<void>) | undefined;
-  if (options.url !== undefined) {
+  // Where a transaction takes its connection: the store's own pool or the application's.
+  let connect: (() => Promise<PostgresClient>) | undefined;
+  if (options.pool !== undefined) {
+    const pool = options.pool;
+    if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function' || typeof pool.query !== 'function') {
+      throw new TypeError(`Expected \`pool\` to be a pg Pool (new pg.Pool({ connectionString })), got ${String(pool)}`);
+    }
+    query = async (text, values, name) => (await pool.query({ text, values, ...(name ? { name } : {}) })).rows as Row[];
+    connect = () => pool.connect();
+  } else if (options.url !== undefined) {
     assertDriverUrl(postgresDriver, options.url, 'postgres://user@127.0.0.1:5432/app');
     const url = options.url;
     let pool: PgPool | undefined;
@@ -120,6 +163,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     };
     // Named statements are parsed and planned once per connection.
     query = async (text, values, name) => (await open().query({ text, values, ...(name ? { name } : {}) })).rows;
+    connect = () => open().connect();
     end = async () => {
       await pool?.end();
     };
@@ -194,16 +238,35 @@ WHERE ${OWNED} RETURNING 1 AS n`;
 )
 SELECT count(*)::int AS n FROM swept`;
 
+  let closed = false;
+  let schema: Promise<void> | undefined;
+  // The table, created once (also for a transaction that comes before any other call).
+  const ensureSchema = (): Promise<void> => {
+    schema ??= run(ddl, []).then(
+      () => undefined,
+      (error: unknown) => {
+        schema = undefined; // try again on the next call (the server may be back)
+        throw error;
+      },
+    );
+    return schema;
+  };
   const exec = run;
   const changed = async (text: string, values: unknown[], op: string) => (await exec(text, values, statement(op))).length === 1;
+  const completeValues = (k: string, token: string, response: StoredResponse, ttlMs: number) => [
+    k,
+    token,
+    ttlMs,
+    response.status,
+    JSON.stringify(response.headers),
+    bodyBuffer(response.body),
+  ];
 
-  return sqlStore(
+  const store = sqlStore(
     {
       name: 'postgres',
       label: 'PostgreSQL',
-      setUp: async () => {
-        await run(ddl, []);
-      },
+      setUp: ensureSchema,
       async claim(key, request, leaseMs) {
         // A loser whose conflicting row was committed after this statement's snapshot sees
         // no row in the same round trip; the shared shape then reads it.
@@ -223,9 +286,29 @@ SELECT count(*)::int AS n FROM swept`;
         return row?.n ?? 0;
       },
       close: async () => {
+        closed = true;
         await end?.();
       },
     },
     { sweepIntervalMs, sweepBatchSize },
   );
+
+  // Where a handler's transaction runs: on the store's own pool or the application's.
+  const transaction = connect
+    ? createTransaction(options, {
+        connect,
+        ready: async () => {
+          if (closed) throw new Error('idempotency-kit: the PostgreSQL store is closed');
+          await ensureSchema();
+        },
+        query: (text, values) => exec(text, values),
+        completeSql: COMPLETE,
+        completeValues,
+        lockedReadSql: `SELECT state, token FROM ${quoted} WHERE key = $1 FOR SHARE`,
+        // Keys in their stored form, as the store's own statements use them.
+        hash: sqlKey,
+        timeoutMs,
+      })
+    : undefined;
+  return transaction ? Object.assign(store, { transaction }) : store;
 }

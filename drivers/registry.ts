@@ -9,6 +9,7 @@
  * @module
  */
 import type { IdempotencyStore } from '../src/store.js';
+import { REDIS_CLUSTER_FORM, REDIS_SENTINEL_FORM, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
 import { parseUrl, redactUrl } from './utils.js';
 
 /** A problem with a URL, worded for `createStore` (`reason`) and for the driver (`expected`). */
@@ -115,8 +116,13 @@ export const sqliteDriver: DriverDefinition = {
 
 export const redisDriver: DriverDefinition = {
   name: 'redis',
-  schemes: ['redis', 'rediss'],
-  forms: ['redis://[user:password@]host[:port][/db]', 'rediss://… (TLS)'],
+  schemes: ['redis', 'rediss', 'redis+cluster', 'rediss+cluster', 'redis+sentinel', 'rediss+sentinel'],
+  forms: [
+    'redis://[user:password@]host[:port][/db]',
+    'rediss://… (TLS)',
+    `${REDIS_CLUSTER_FORM} (Redis Cluster; rediss+cluster:// for TLS)`,
+    `${REDIS_SENTINEL_FORM} (Redis Sentinel)`,
+  ],
   packages: ['keyv', '@keyv/redis'],
   adapter: {
     pkg: '@keyv/redis',
@@ -134,6 +140,18 @@ export const redisDriver: DriverDefinition = {
   },
   namespace: 'prefix',
   checkUrl(url) {
+    const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(url)?.[1]?.toLowerCase() ?? '';
+    if (scheme.endsWith('+cluster') || scheme.endsWith('+sentinel')) {
+      // Several hosts: not a WHATWG URL, parsed by redis-url.ts (which loads no client).
+      try {
+        if (scheme.endsWith('+cluster')) parseRedisClusterUrl(url);
+        else parseRedisSentinelUrl(url);
+        return undefined;
+      } catch (error) {
+        const message = (error as Error).message;
+        return { reason: message.replace(/^Expected/, 'expected'), expected: message.replace(/^Expected /, '') + ' in' };
+      }
+    }
     const parsed = parseUrl(url);
     if (!parsed) return { reason: 'it is not a valid Redis URL', expected: 'a valid Redis URL, got' };
     if (!parsed.hostname) return { reason: 'the Redis URL has no host', expected: 'a host in the Redis URL' };

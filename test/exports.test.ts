@@ -12,7 +12,7 @@ const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as {
 };
 
 const expected: Record<string, string[]> = {
-  '.': ['createStore', 'createIdempotency', 'idempotent', 'isIdempotencyError', 'IdempotencyError', 'IdempotencyMismatchError', 'IdempotencyConflictError'],
+  '.': ['createStore', 'createIdempotency', 'idempotent', 'isIdempotencyError', 'IdempotencyError', 'IdempotencyMismatchError', 'IdempotencyConflictError', 'inTransaction', 'LeaseLostError', 'TransactionConflictError'],
   './node': ['withIdempotency'],
   './express': ['idempotency'],
   './fastify': ['idempotency'],
@@ -55,6 +55,7 @@ describe('package exports', () => {
         'BodyTooLargeError', 'Idempotency', 'IdempotencyConflictError', 'IdempotencyError', 'IdempotencyKeyError',
         'IdempotencyMismatchError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
         'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'isIdempotencyError',
+        'inTransaction', 'LeaseLostError', 'TransactionConflictError',
       ].sort(),
     );
     expect(keys('./node')).toEqual(['withIdempotency']);

@@ -173,6 +173,9 @@ for (const { adapter, target, available, share } of targets) {
         EXEC_LOG: log.path,
         MAX_BODY_BYTES,
         WAIT_MS: 500,
+        // This suite is about input, not store latency (outage.test.ts is): a store call
+        // slowed by a loaded machine must not turn into a 503 here.
+        STORE_TIMEOUT_MS: 15_000,
         ADAPTER: adapter,
       });
     });
