@@ -184,7 +184,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
       await pool?.end();
     };
   } else {
-    const adapter = adapterFrom<KeyvPostgres>(options, postgresDriver.adapter!.is, '@keyv/postgres', 'new KeyvPostgres({ uri })');
+    const adapter = adapterFrom<KeyvPostgres>(options, postgresDriver.adapter!);
     query = (text, values) => (adapter.query as (sql: string, values: unknown[]) => Promise<Row[]>)(text, values);
     const { uri, table: _table, keySize: _keySize, schema: _schema, dialect: _dialect, iterationLimit: _limit, useUnloggedTable: _unlogged, ...pool } =
       (adapter.opts ?? {}) as Record<string, unknown>;

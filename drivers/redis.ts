@@ -261,7 +261,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     // The adapter re-emits client errors; the store reports them through its calls.
     adapter.on('error', () => undefined);
   } else {
-    adapter = adapterFrom(options, redisDriver.adapter!.is, '@keyv/redis', 'new KeyvRedis(url)');
+    adapter = adapterFrom(options, redisDriver.adapter!);
   }
 
   const client = adapter.client as unknown as ScriptClient;

@@ -85,7 +85,7 @@ export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {
   if (options.url !== undefined) {
     file = sqlitePathFromUrl(options.url);
   } else {
-    adapter = adapterFrom(options, sqliteDriver.adapter!.is, '@keyv/sqlite', 'new KeyvSqlite(url)');
+    adapter = adapterFrom(options, sqliteDriver.adapter!);
   }
   const owned = adapter === undefined;
 
