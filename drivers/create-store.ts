@@ -6,7 +6,7 @@
  * @example
  * const store = createStore(process.env.IDEMPOTENCY_STORE ?? 'sqlite://./.data/idempotency.sqlite');
  */
-import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, StoredResponse } from '../src/store.js';
+import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
 
 export interface CreateStoreOptions {
@@ -69,6 +69,11 @@ async function importDriver<T>(kind: Kind, load: () => Promise<T>): Promise<T> {
   }
 }
 
+function maintained(store: IdempotencyStore, method: 'delete' | 'stats' | 'sweep'): IdempotencyStore {
+  if (typeof store[method] !== 'function') throw new Error(`idempotency-kit: the ${store.name} store has no ${method}()`);
+  return store;
+}
+
 /**
  * A store that loads its driver on first use, so that `createStore()` is synchronous and
  * a bad target throws at once, while the driver's client is imported only when needed.
@@ -87,6 +92,10 @@ function lazyStore(name: Kind, load: () => Promise<IdempotencyStore>): Idempoten
     close: async () => {
       if (loaded) await (await loaded.catch(() => undefined))?.close();
     },
+    // Maintenance (optional on a store, present on every built-in driver).
+    delete: async (key: string) => maintained(await store(), 'delete').delete!(key),
+    stats: async (options?: MaintenanceOptions) => maintained(await store(), 'stats').stats!(options),
+    sweep: async (options?: MaintenanceOptions) => maintained(await store(), 'sweep').sweep!(options),
   };
 }
 

@@ -18,9 +18,12 @@ import {
   type ClaimResult,
   type IdempotencyRecord,
   type IdempotencyStore,
+  type MaintenanceOptions,
   type ProcessingRecord,
+  type StoreStats,
   type StoredResponse,
 } from '../src/store.js';
+import { statsFromGroups, type StatsGroup } from '../src/maintenance.js';
 import { startSweeper, withTimeout } from '../src/timers.js';
 import { adapterFrom, assertOneSource } from './keyv-input.js';
 import { assertInteger } from '../src/validate.js';
@@ -342,6 +345,27 @@ SELECT count(*)::int AS n FROM swept`;
       closed = true;
       await sweeper.stop();
       await end?.();
+    },
+    async delete(key: string) {
+      return (await exec(`DELETE FROM ${quoted} WHERE key = $1 RETURNING 1 AS n`, [hash(key)])).length === 1;
+    },
+    async stats(options: MaintenanceOptions = {}): Promise<StoreStats> {
+      const rows = (await exec(
+        `SELECT CASE WHEN expires_at <= ${NOW} THEN 'expired' ELSE state END AS state, count(*)::bigint AS n, min(expires_at) AS oldest
+FROM ${quoted} GROUP BY 1`,
+        [],
+      )) as unknown as StatsGroup[];
+      return statsFromGroups(rows, options);
+    },
+    async sweep(options: MaintenanceOptions = {}) {
+      let deleted = 0;
+      for (;;) {
+        const [row] = await exec(SWEEP, [sweepBatchSize], statement('sweep'));
+        const n = row?.n ?? 0;
+        deleted += n;
+        options.onProgress?.(deleted);
+        if (n < sweepBatchSize || closed) return deleted;
+      }
     },
   };
 }

@@ -19,9 +19,12 @@ import {
   type ClaimResult,
   type IdempotencyRecord,
   type IdempotencyStore,
+  type MaintenanceOptions,
   type ProcessingRecord,
+  type StoreStats,
   type StoredResponse,
 } from '../src/store.js';
+import { statsFromGroups, type StatsGroup } from '../src/maintenance.js';
 import { startSweeper } from '../src/timers.js';
 import { adapterFrom, assertOneSource } from './keyv-input.js';
 import { assertInteger } from '../src/validate.js';
@@ -265,6 +268,27 @@ WHERE ${OWNED} RETURNING 1 AS n`;
       if (owned && ready) {
         await ready.catch(() => undefined);
         await adapter?.disconnect().catch(() => undefined);
+      }
+    },
+    async delete(key: string) {
+      return (await exec(`DELETE FROM ${quoted} WHERE key = ? RETURNING 1 AS n`, [hash(key)])).length === 1;
+    },
+    async stats(options: MaintenanceOptions = {}): Promise<StoreStats> {
+      // One aggregate over the expires_at index; no batching needed in-process.
+      const rows = (await exec(
+        `SELECT CASE WHEN expires_at <= ? THEN 'expired' ELSE state END AS state, count(*) AS n, min(expires_at) AS oldest
+FROM ${quoted} GROUP BY 1`,
+        [Date.now()],
+      )) as unknown as StatsGroup[];
+      return statsFromGroups(rows, options);
+    },
+    async sweep(options: MaintenanceOptions = {}) {
+      let deleted = 0;
+      for (;;) {
+        const rows = await exec(SWEEP, [Date.now(), sweepBatchSize]);
+        deleted += rows.length;
+        options.onProgress?.(deleted);
+        if (rows.length < sweepBatchSize || closed) return deleted;
       }
     },
   };
