@@ -11,6 +11,8 @@ export default defineConfig({
     'drivers/redis': 'drivers/redis.ts',
     'drivers/postgres': 'drivers/postgres.ts',
     'drivers/sqlite': 'drivers/sqlite.ts',
+    // The `idempotency-kit` command (package.json `bin`); its #! line is kept and the file made executable.
+    cli: 'cli/index.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,
