@@ -14,6 +14,7 @@ import {
   isIdempotencyError,
 } from './errors.js';
 import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, StoredResponse } from './store.js';
+import { Telemetry, type AcquireOutcome, type TelemetryOptions } from './telemetry.js';
 import { withTimeout } from './timers.js';
 import { assertFunction, assertInteger, assertOneOf } from './validate.js';
 
@@ -77,6 +78,13 @@ export interface EngineOptions {
   onEvent?: (event: IdempotencyEvent) => void;
   /** Clock, for tests. @default Date.now */
   now?: () => number;
+  /**
+   * OpenTelemetry spans and metrics, and `node:diagnostics_channel` messages
+   * (docs/telemetry.md). On when `@opentelemetry/api` is installed; `false` turns
+   * OpenTelemetry off. Never records the key or a body; the scope only with `recordScope`.
+   * @default {}
+   */
+  telemetry?: TelemetryOptions | false;
 }
 
 export interface ResolvedEngineOptions {
@@ -88,6 +96,7 @@ export interface ResolvedEngineOptions {
   onStoreError: 'fail' | 'continue';
   onEvent: ((event: IdempotencyEvent) => void) | undefined;
   now: () => number;
+  telemetry: TelemetryOptions | false | undefined;
 }
 
 const storeMethods = ['claim', 'get', 'complete', 'release', 'extend', 'close'] as const;
@@ -113,6 +122,7 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
     onStoreError: options.onStoreError ?? 'fail',
     onEvent: options.onEvent,
     now: options.now ?? Date.now,
+    telemetry: options.telemetry,
   };
   assertInteger('wait', resolved.wait, 0);
   assertInteger('leaseMs', resolved.leaseMs, 1);
@@ -261,12 +271,19 @@ export class Lease {
 
 export class Engine {
   readonly options: ResolvedEngineOptions;
+  readonly telemetry: Telemetry;
 
   constructor(options: EngineOptions) {
     this.options = resolveEngineOptions(options);
+    this.telemetry = new Telemetry(this.options.telemetry, this.options.store.name);
   }
 
   emit(event: IdempotencyEvent): void {
+    try {
+      this.telemetry.event(event);
+    } catch {
+      // Telemetry must not change what the client gets either.
+    }
     try {
       this.options.onEvent?.(event);
     } catch {
@@ -277,8 +294,13 @@ export class Engine {
   /** Run one store call with the S6 time bound; every failure becomes StoreUnavailableError. */
   async call<T>(operation: IdempotencyEvent['operation'], run: () => Promise<T>): Promise<T> {
     const { storeTimeoutMs } = this.options;
+    const timedOut = `store ${operation} timed out after ${storeTimeoutMs} ms`;
     try {
-      return await withTimeout(run(), storeTimeoutMs, `store ${operation} timed out after ${storeTimeoutMs} ms`);
+      return await this.telemetry.storeCall(
+        operation!,
+        () => withTimeout(run(), storeTimeoutMs, timedOut),
+        (error) => error instanceof Error && error.message === timedOut,
+      );
     } catch (error) {
       throw isIdempotencyError(error) ? error : new StoreUnavailableError(error);
     }
@@ -288,7 +310,11 @@ export class Engine {
    * Claim the key, or find what to do instead: replay, or throw a typed error
    * (mismatch, conflict after waiting, not replayable, store unavailable).
    */
-  async acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
+  acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
+    return this.telemetry.acquire(scope, () => this.#acquire(key, scope, fingerprint), acquireOutcome);
+  }
+
+  async #acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
     const { store, leaseMs, now, wait } = this.options;
     const skey = storageKey(scope, key);
     const deadline = now() + wait;
@@ -316,7 +342,7 @@ export class Engine {
       // ours disagrees: wait rather than spin on claims.
       if (decision === 'execute') decision = 'wait';
       if (decision === 'wait') {
-        record = await this.#poll(key, scope, skey, fingerprint, deadline - now());
+        record = await this.telemetry.waiting(scope, () => this.#poll(key, scope, skey, fingerprint, deadline - now()), isConflict);
         decision = decide(record, fingerprint, now());
       }
       switch (decision) {
@@ -373,4 +399,14 @@ export class Engine {
       throw error;
     }
   }
+}
+
+const isConflict = (error: unknown) => error instanceof IdempotencyConflictError;
+
+function acquireOutcome(error: unknown): AcquireOutcome {
+  if (error instanceof IdempotencyMismatchError) return 'mismatch';
+  if (error instanceof IdempotencyConflictError) return 'conflict';
+  if (error instanceof ResponseNotReplayableError) return 'not-replayable';
+  if (error instanceof StoreUnavailableError) return 'store-unavailable';
+  return 'error';
 }
