@@ -28,7 +28,8 @@ export type IdempotencyEventType =
   | 'not-replayable'
   | 'lease-lost'
   | 'store-error'
-  | 'unprotected';
+  | 'unprotected'
+  | 'ttl-invalid';
 
 export interface IdempotencyEvent {
   type: IdempotencyEventType;
@@ -59,7 +60,9 @@ export interface EngineOptions {
    */
   leaseMs?: number;
   /**
-   * How long a completed record is replayed, in ms (H20).
+   * How long a completed record is replayed, in ms (H20). The HTTP layer and
+   * `idempotent()` also accept a function of the request and response (or of the
+   * arguments and result), see docs/semantics.md#per-operation-ttl.
    * @default 86400000 (24 h)
    */
   ttl?: number;
@@ -215,16 +218,16 @@ export class Lease {
    * write is then retried in the background while the lease can still be ours, because a
    * completion that never lands lets the key expire and a retry run the handler twice.
    */
-  async complete(response: StoredResponse): Promise<boolean> {
+  async complete(response: StoredResponse, ttl: number = this.engine.options.ttl): Promise<boolean> {
     this.#settled = true;
     this.#stop();
     if (this.#lost) return false;
-    const { store, ttl } = this.engine.options;
+    const { store } = this.engine.options;
     let ok: boolean;
     try {
       ok = await this.engine.call('complete', () => store.complete(this.storageKey, this.token, response, ttl));
     } catch (error) {
-      void this.#retryComplete(response);
+      void this.#retryComplete(response, ttl);
       throw error;
     }
     if (ok) this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
@@ -232,8 +235,8 @@ export class Lease {
     return ok;
   }
 
-  async #retryComplete(response: StoredResponse): Promise<void> {
-    const { store, ttl, now } = this.engine.options;
+  async #retryComplete(response: StoredResponse, ttl: number): Promise<void> {
+    const { store, now } = this.engine.options;
     let delayMs = 50;
     while (now() + delayMs < this.#leaseUntil) {
       await new Promise((resolve) => setTimeout(resolve, delayMs).unref());
@@ -312,6 +315,36 @@ export class Engine {
    */
   acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
     return this.telemetry.acquire(scope, () => this.#acquire(key, scope, fingerprint), acquireOutcome);
+  }
+
+  /**
+   * The ttl of one completed record: what `compute` returns, checked, or the `ttl` option.
+   * A bad value (not a positive integer of ms, or a throw) must not lose the record of an
+   * effect that happened: it keeps the `ttl` option's value (24 h unless a number was
+   * given) and emits `ttl-invalid` with the reason.
+   */
+  ttlFor(compute: (() => unknown) | undefined, key: string, scope: string | undefined): number {
+    if (compute === undefined) return this.options.ttl;
+    let value: unknown;
+    let cause: unknown;
+    try {
+      value = compute();
+    } catch (error) {
+      cause = error;
+    }
+    if (cause === undefined && typeof value === 'number' && Number.isSafeInteger(value) && value >= 1) return value;
+    const got =
+      cause !== undefined
+        ? `it threw ${cause instanceof Error ? cause.message : String(cause)}`
+        : value instanceof Promise
+          ? 'a Promise (the ttl function must be synchronous)'
+          : `got ${typeof value === 'string' ? JSON.stringify(value) : String(value)}`;
+    const error = new TypeError(
+      `Expected the \`ttl\` function to return a positive integer (ms), ${got}; the record is kept for ${this.options.ttl} ms instead`,
+      cause === undefined ? undefined : { cause },
+    );
+    this.emit({ type: 'ttl-invalid', key, scope, error });
+    return this.options.ttl;
   }
 
   async #acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {

@@ -12,7 +12,15 @@ import { problemResponse, type HttpResponse } from './problem.js';
 import type { StoredResponse } from './store.js';
 import { assertFunction, assertInteger, assertStringArray } from './validate.js';
 
-export interface IdempotencyOptions<Req = unknown> extends EngineOptions {
+export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, 'ttl'> {
+  /**
+   * How long a stored response replays, in ms (H20): a number, or a function of the
+   * request and the handler's response, e.g. keep payments 7 days and searches 1 hour.
+   * A function must return a positive integer synchronously; anything else (or a throw)
+   * keeps the record 24 h and emits `ttl-invalid` (docs/semantics.md#per-operation-ttl).
+   * @default 86400000 (24 h)
+   */
+  ttl?: number | ((req: Req, response: CapturedResponse) => number);
   /**
    * Methods the layer covers; others pass through untouched even with a key (H1).
    * @default ['POST', 'PATCH']
@@ -141,9 +149,15 @@ export class Idempotency<Req = unknown> {
   readonly #replayHeaders: ReadonlySet<string>;
   readonly #options: IdempotencyOptions<Req>;
   readonly #fingerprintHeaders: string[];
+  readonly #ttl: ((req: Req, response: CapturedResponse) => number) | undefined;
 
   constructor(options: IdempotencyOptions<Req>) {
-    this.engine = new Engine(options);
+    const { ttl } = options ?? {};
+    if (typeof ttl === 'function') this.#ttl = ttl;
+    else if (ttl !== undefined && typeof ttl !== 'number') {
+      throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${String(ttl)}`);
+    }
+    this.engine = new Engine(this.#ttl ? ({ ...options, ttl: undefined } as EngineOptions) : (options as EngineOptions));
     this.#options = options;
     const methods = options.methods ?? ['POST', 'PATCH'];
     assertStringArray('methods', methods);
@@ -232,7 +246,7 @@ export class Idempotency<Req = unknown> {
           },
         };
       }
-      return { type: 'execute', claim: this.#claim(acquired.lease), body, request };
+      return { type: 'execute', claim: this.#claim(acquired.lease, request.raw), body, request };
     } catch (error) {
       if (!isIdempotencyError(error)) throw error;
       if (error instanceof StoreUnavailableError && this.engine.options.onStoreError === 'continue') {
@@ -247,7 +261,7 @@ export class Idempotency<Req = unknown> {
     return { type: 'respond', response: problemResponse(error, this.header), error };
   }
 
-  #claim(lease: Lease): HttpClaim {
+  #claim(lease: Lease, req: Req): HttpClaim {
     const storeResponse = this.#options.storeResponse ?? defaultStoreResponse;
     const report = (operation: IdempotencyEvent['operation'], error: unknown) =>
       this.engine.emit({ type: 'store-error', key: lease.key, scope: lease.scope, operation, error });
@@ -259,7 +273,8 @@ export class Idempotency<Req = unknown> {
             await lease.release(response.status);
             return;
           }
-          await lease.complete(this.#toStored(response));
+          const ttl = this.#ttl;
+          await lease.complete(this.#toStored(response), this.engine.ttlFor(ttl && (() => ttl(req, response)), lease.key, lease.scope));
         } catch (error) {
           report(storeResponse(response.status) ? 'complete' : 'release', error);
         }

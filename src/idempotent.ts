@@ -18,7 +18,15 @@ import { assertFunction } from './validate.js';
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyFunction = (...args: any[]) => unknown;
 
-export interface IdempotentOptions<Args extends readonly unknown[]> extends EngineOptions {
+export interface IdempotentOptions<Args extends readonly unknown[], Result = unknown> extends Omit<EngineOptions, 'ttl'> {
+  /**
+   * How long a result replays, in ms (H20): a number, or a function of the call's
+   * arguments (as an array) and fn's result, e.g. `([msg]) => msg.type === 'payment' ? 7 * DAY : HOUR`.
+   * A function must return a positive integer synchronously; anything else (or a throw)
+   * keeps the record 24 h and emits `ttl-invalid` (docs/semantics.md#per-operation-ttl).
+   * @default 86400000 (24 h)
+   */
+  ttl?: number | ((args: Args, result: Result) => number);
   /**
    * The idempotency key of a call, from its arguments: e.g. `(msg) => msg.properties.messageId`.
    * Keys are hashed before they reach the store (S7), so any length is fine. Returning
@@ -74,9 +82,16 @@ function fingerprintOf(value: unknown): string {
  * function, a class instance, a cycle) throws ResultNotStorableError after fn ran; see
  * there for why fn still never runs twice.
  */
-export function idempotent<F extends AnyFunction>(fn: F, options: IdempotentOptions<Parameters<F>>): IdempotentFunction<F> {
+export function idempotent<F extends AnyFunction>(
+  fn: F,
+  options: IdempotentOptions<Parameters<F>, Awaited<ReturnType<F>>>,
+): IdempotentFunction<F> {
   assertFunction('fn', fn);
-  const engine = new Engine(options);
+  const ttlFn = typeof options?.ttl === 'function' ? options.ttl : undefined;
+  if (options?.ttl !== undefined && typeof options.ttl !== 'number' && !ttlFn) {
+    throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${show(options.ttl)}`);
+  }
+  const engine = new Engine(ttlFn ? ({ ...options, ttl: undefined } as EngineOptions) : (options as EngineOptions));
   const { key: keyFn, scope: scopeFn, fingerprint: fingerprintFn } = options;
   if (typeof keyFn !== 'function') {
     throw new TypeError(
@@ -146,8 +161,9 @@ export function idempotent<F extends AnyFunction>(fn: F, options: IdempotentOpti
     }
     // A store failure here must not hide fn's result: the effect happened (H16). A lost
     // lease (H18) refuses the write and emits lease-lost; the caller still gets its result.
+    const ttl = engine.ttlFor(ttlFn && (() => ttlFn(args, result)), key, scope);
     await lease
-      .complete({ status: RESULT_STATUS, headers: {}, body })
+      .complete({ status: RESULT_STATUS, headers: {}, body }, ttl)
       .catch((error: unknown) => engine.emit({ type: 'store-error', key, scope, operation: 'complete', error }));
     if (notStorable) throw notStorable;
     return result;
