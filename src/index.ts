@@ -50,8 +50,18 @@ export {
   type CompletedRecord,
   type IdempotencyRecord,
   type IdempotencyStore,
+  type MaintenanceOptions,
   type ProcessingRecord,
+  type StoreStats,
   type StoredResponse,
 } from './store.js';
+export {
+  EVENT_CHANNEL,
+  STORE_CHANNEL,
+  type EventMessage,
+  type OpenTelemetryApi,
+  type StoreCallMessage,
+  type TelemetryOptions,
+} from './telemetry.js';
 // The package root also offers the URL resolver; the core modules above import no driver.
 export { createStore, type CreateStoreOptions } from '../drivers/create-store.js';
