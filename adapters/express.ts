@@ -15,7 +15,7 @@
  * app.listen(3000);
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { Idempotency, type IdempotencyOptions } from '../src/http.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
 import {
   assertDeclaredLength,
   bodyConsumed,
@@ -25,10 +25,20 @@ import {
   readBody,
   restoreBody,
   sendResponse,
-} from './node.js';
+} from './internal/node-io.js';
 
 /** The plugin options: every option of SPEC §6; `scope`, `fingerprint` get Express's `req`. */
 export type ExpressIdempotencyOptions = IdempotencyOptions<Request>;
+
+type AuthenticatedRequest = Request & { auth?: { sub?: unknown }; user?: unknown };
+
+/** Without `scope`: the user that express-jwt (`req.auth.sub`) or passport and the like (`req.user`) set. */
+const expressDefaults: AdapterDefaults<Request> = {
+  name: 'idempotency-kit/express',
+  principal: (req) => (req as AuthenticatedRequest).auth?.sub ?? userIdentity((req as AuthenticatedRequest).user),
+  principalSource: 'req.auth.sub, req.user.id and req.user.sub',
+  scopeExample: '(req) => req.user.id',
+};
 
 /**
  * Protect the routes after it (`app.use(idempotency(options))`) or one route
@@ -39,7 +49,7 @@ export type ExpressIdempotencyOptions = IdempotencyOptions<Request>;
  * body itself and leaves it readable for the parser.
  */
 export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Request>): RequestHandler {
-  const layer = options instanceof Idempotency ? options : new Idempotency<Request>(options);
+  const layer = options instanceof Idempotency ? options : new Idempotency<Request>(options, expressDefaults);
 
   return async function idempotency(req: Request, res: Response, next: NextFunction): Promise<void> {
     if (!layer.covers(req.method)) {

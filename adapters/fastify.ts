@@ -17,8 +17,8 @@ import { Readable, Transform, finished } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { BodyTooLargeError } from '../src/errors.js';
-import { Idempotency, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { captureStream, keyHeaderLines } from './node.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
+import { captureStream, endAfterDrain, keyHeaderLines, toNodeStream } from './internal/node-io.js';
 
 /** Every option of SPEC §6; `scope` and `fingerprint` get the Fastify request. */
 export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>;
@@ -41,7 +41,7 @@ interface Pending {
   settled: boolean;
 }
 
-type WebStream = Parameters<typeof Readable.fromWeb>[0];
+const noop = () => {};
 
 /** The bytes of a non-stream payload, as Fastify will write them. */
 function payloadBytes(payload: unknown): Uint8Array | undefined {
@@ -52,9 +52,17 @@ function payloadBytes(payload: unknown): Uint8Array | undefined {
   return undefined;
 }
 
+/** Without `scope`: the user that @fastify/jwt and @fastify/passport leave on `request.user`. */
+const fastifyDefaults: AdapterDefaults<FastifyRequest> = {
+  name: 'idempotency-kit/fastify',
+  principal: (request) => userIdentity((request as { user?: unknown }).user),
+  principalSource: 'request.user.id and request.user.sub',
+  scopeExample: '(request) => request.user.id',
+};
+
 async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptions): Promise<void> {
   // Options are checked now, at registration, not at the first request.
-  const layer = new Idempotency<FastifyRequest>(options);
+  const layer = new Idempotency<FastifyRequest>(options, fastifyDefaults);
   const routeLayers = new WeakMap<object, Idempotency<FastifyRequest>>();
   const pending = new WeakMap<FastifyRequest, Pending>();
   const bodySizes = new WeakMap<FastifyRequest, () => number>();
@@ -94,6 +102,9 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     finished(payload, (error) => {
       if (error) counter.destroy(error);
     });
+    // Fastify's parser listens for errors only once it reads; a body refused by its declared
+    // length is never read, and a client leaving then must not be an uncaught error.
+    counter.on('error', noop);
     return payload.pipe(counter);
   });
 
@@ -146,6 +157,10 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
   });
 
   fastify.addHook('onSend', async function idempotencyCapture(request, reply, payload: unknown) {
+    // An answer before the body was read to its end (Fastify's own 413 for a body over
+    // `bodyLimit`, our 400 before reading): drain before closing, so a client still sending
+    // gets the answer instead of a reset.
+    if (!request.raw.complete && layerFor(request)?.covers(request.method)) endAfterDrain(request.raw, reply.raw);
     const state = pending.get(request);
     if (!state || state.settled) return payload;
     state.settled = true;
@@ -156,11 +171,10 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
       await state.claim.finish({ ...head, body: bytes });
       return payload;
     }
-    if (payload instanceof Readable || typeof (payload as Readable).pipe === 'function') {
-      return captureStream(payload as Readable, state.claim, head);
-    }
-    if (typeof ReadableStream !== 'undefined' && payload instanceof ReadableStream) {
-      return captureStream(Readable.fromWeb(payload as WebStream), state.claim, head);
+    // (Fastify sends a Response or a Blob in its own way: those stay as they are.)
+    if (!(typeof Response !== 'undefined' && payload instanceof Response) && !(typeof Blob !== 'undefined' && payload instanceof Blob)) {
+      const stream = toNodeStream(payload);
+      if (stream) return captureStream(stream, state.claim, head);
     }
     // Something Fastify sends in its own way (a fetch Response): not capturable (H12).
     await state.claim.finish({ ...head, body: null });

@@ -16,10 +16,9 @@
  * });
  * app.listen(3000);
  */
-import { Readable } from 'node:stream';
 import type { Context, Middleware, Next } from 'koa';
-import { Idempotency, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { assertDeclaredLength, bodyConsumed, captureStream, keyHeaderLines, readBody, restoreBody } from './node.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
+import { assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
 
 /** Every option of SPEC §6; `scope` and `fingerprint` get the Koa context. */
 export type KoaIdempotencyOptions = IdempotencyOptions<Context>;
@@ -29,19 +28,6 @@ const EMPTY_STATUSES = new Set([204, 205, 304]);
 
 type KoaBodyState = Context['response'] & { _explicitNullBody?: boolean };
 type ParsedRequest = Context['request'] & { body?: unknown; rawBody?: unknown };
-
-/** Koa 3 also answers with a web ReadableStream, a Blob or a Response: as a Node stream here. */
-function nodeStream(body: unknown): Readable | undefined {
-  if (body instanceof Readable) return body;
-  if (typeof body === 'object' && body !== null && typeof (body as Readable).pipe === 'function') return body as Readable;
-  type WebStream = Parameters<typeof Readable.fromWeb>[0];
-  if (typeof ReadableStream !== 'undefined' && body instanceof ReadableStream) return Readable.fromWeb(body as WebStream);
-  if (typeof Blob !== 'undefined' && body instanceof Blob) return Readable.fromWeb(body.stream() as WebStream);
-  if (typeof Response !== 'undefined' && body instanceof Response) {
-    return body.body ? Readable.fromWeb(body.body as WebStream) : Readable.from([]);
-  }
-  return undefined;
-}
 
 /**
  * Record what Koa is about to send: `ctx.status`, the headers set so far and `ctx.body`
@@ -75,7 +61,8 @@ async function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> 
   } else if (Buffer.isBuffer(body)) bytes = body;
   else if (typeof body === 'string') bytes = Buffer.from(body);
   else {
-    const stream = nodeStream(body);
+    // Koa 3 also answers with a web ReadableStream, a Blob or a Response.
+    const stream = toNodeStream(body);
     if (stream) {
       ctx.body = captureStream(stream, claim, head());
       return;
@@ -86,6 +73,9 @@ async function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> 
 }
 
 function respond(ctx: Context, response: { status: number; headers: Record<string, string | string[]>; body: Uint8Array }): void {
+  // A 413 (or a 400 sent before the body was read): drain before closing, so a client
+  // still sending gets the answer instead of a reset.
+  endAfterDrain(ctx.req, ctx.res);
   ctx.status = response.status;
   ctx.set(response.headers);
   if (response.body.byteLength === 0 && !('content-type' in response.headers)) {
@@ -97,13 +87,21 @@ function respond(ctx: Context, response: { status: number; headers: Record<strin
   ctx.body = Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength);
 }
 
+/** Without `scope`: the user that koa-jwt and koa-passport leave on `ctx.state.user`. */
+const koaDefaults: AdapterDefaults<Context> = {
+  name: 'idempotency-kit/koa',
+  principal: (ctx) => userIdentity((ctx.state as { user?: unknown } | undefined)?.user),
+  principalSource: 'ctx.state.user.id and ctx.state.user.sub',
+  scopeExample: '(ctx) => ctx.state.user.id',
+};
+
 /**
  * Protect the middleware after it. Place it after authentication (so `scope` can read the
  * tenant) and before or after `@koa/bodyparser`: after it, the parsed body is fingerprinted;
  * before it, the body is read here and left readable for the parser.
  */
 export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context>): Middleware {
-  const layer = options instanceof Idempotency ? options : new Idempotency<Context>(options);
+  const layer = options instanceof Idempotency ? options : new Idempotency<Context>(options, koaDefaults);
 
   return async function idempotency(ctx: Context, next: Next): Promise<void> {
     if (!layer.covers(ctx.method)) {

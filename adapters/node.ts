@@ -1,6 +1,5 @@
 /**
- * Node.js `http` adapter: wrap a plain `(req, res)` handler. The Express and Koa
- * adapters build on the helpers exported here (body reading, response capture, writing).
+ * Node.js `http` adapter: wrap a plain `(req, res)` handler.
  * @module
  * @example
  * import http from 'node:http';
@@ -12,11 +11,9 @@
  *   res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ ok: true }));
  * }, { store })).listen(3000);
  */
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import { Readable, Transform } from 'node:stream';
-import { BodyTooLargeError } from '../src/errors.js';
-import { Idempotency, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import type { HttpResponse } from '../src/problem.js';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Idempotency, type IdempotencyOptions } from '../src/http.js';
+import { captureResponse, isClientAbort, keyHeaderLines, parseBody, readBody, restoreBody, sendResponse } from './internal/node-io.js';
 
 /** The request a wrapped handler receives: the body is still readable, and parsed on `req.body`. */
 export type IdempotentRequest = IncomingMessage & { body?: unknown };
@@ -28,270 +25,24 @@ export type NodeHandler<Req extends IncomingMessage = IdempotentRequest, Res ext
 
 export interface NodeIdempotencyOptions<Req extends IncomingMessage = IdempotentRequest> extends IdempotencyOptions<Req> {
   /**
-   * Called when the wrapped handler throws or rejects (after the key was released, H10).
-   * @default answers 500 if nothing was sent yet, else destroys the response
+   * Called when the wrapped handler throws or rejects (after the key was released, so a
+   * retry runs the handler again), or when `scope` / `fingerprint` throws.
+   * @default logs the error with `console.error` and answers 500 if nothing was sent yet,
+   * else destroys the response
    */
   onError?: (error: unknown, req: Req, res: ServerResponse) => void;
 }
 
-/** Read the whole body, up to `limit` bytes; beyond it, BodyTooLargeError (413). */
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const declared = Number(req.headers['content-length']);
-    if (Number.isFinite(declared) && declared > limit) {
-      // Leave the rest unread: the 413 response closes the exchange.
-      reject(new BodyTooLargeError(limit));
-      return;
-    }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const cleanup = () => {
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onError);
-      req.off('aborted', onAborted);
-    };
-    const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limit) {
-        cleanup();
-        req.pause();
-        reject(new BodyTooLargeError(limit));
-        return;
-      }
-      chunks.push(chunk);
-    };
-    const onEnd = () => {
-      cleanup();
-      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-    };
-    const onError = (error: Error) => {
-      cleanup();
-      reject(error);
-    };
-    const onAborted = () => onError(new Error('request aborted while reading the body'));
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('error', onError);
-    req.on('aborted', onAborted);
-  });
-}
-
-/**
- * Make an already consumed request readable again with the same bytes, so the handler
- * (or a body parser after us) reads the body as usual: `for await`, `on('data')`, `pipe`.
- */
-export function restoreBody(req: IncomingMessage, body: Buffer): void {
-  // IncomingMessage is a Readable; re-running the Readable constructor gives it a fresh
-  // readable state (listeners are kept), and an own _read stops it reading the socket.
-  (Readable as unknown as { call(self: unknown, options: unknown): void }).call(req, {
-    highWaterMark: req.readableHighWaterMark,
-  });
-  (req as unknown as { _read: () => void })._read = () => {};
-  if (body.length > 0) req.push(body);
-  req.push(null);
-}
-
-/** Parse a read body the way users expect on `req.body`: JSON, form, text or bytes. */
-export function parseBody(body: Buffer, contentType: string | undefined): unknown {
-  if (body.length === 0) return undefined;
-  const type = contentType?.split(';', 1)[0]!.trim().toLowerCase() ?? '';
-  if (type === 'application/json' || type.endsWith('+json')) {
-    try {
-      return JSON.parse(body.toString('utf8'));
-    } catch {
-      return body; // not valid JSON: the handler decides what to answer
-    }
-  }
-  if (type === 'application/x-www-form-urlencoded') return Object.fromEntries(new URLSearchParams(body.toString('utf8')));
-  if (type.startsWith('text/')) return body.toString('utf8');
-  return body;
-}
-
-/** Write a complete response (a replay or a problem). */
-export function sendResponse(res: ServerResponse, response: HttpResponse): void {
-  res.statusCode = response.status;
-  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
-  res.setHeader('content-length', response.body.byteLength);
-  res.end(response.body);
-}
-
-function headersFromArgs(args: unknown[]): OutgoingHttpHeaders | undefined {
-  const last = args.find((a) => typeof a === 'object' && a !== null);
-  if (last === undefined) return undefined;
-  if (!Array.isArray(last)) return last as OutgoingHttpHeaders;
-  const out: OutgoingHttpHeaders = {};
-  // writeHead also takes [name, value] pairs or a flat [name, value, name, value] list.
-  if (Array.isArray(last[0])) for (const [k, v] of last as [string, string][]) out[k.toLowerCase()] = v;
-  else for (let i = 0; i + 1 < last.length; i += 2) out[String(last[i]).toLowerCase()] = last[i + 1] as string;
-  return out;
-}
-
-function toBytes(chunk: unknown, encoding: unknown): Buffer | undefined {
-  if (chunk === undefined || chunk === null || typeof chunk === 'function') return undefined;
-  if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
-  if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-  return undefined;
-}
-
-/**
- * Capture what the handler writes, however it writes it (writeHead, setHeader, write,
- * end, pipe), and hold back the final `end` until the response is stored, so that a
- * client which has seen the response always gets the replay on retry.
- */
-export interface ResponseCapture {
-  /** Resolves once the response is stored (or released) and the final end went out. */
-  done: Promise<void>;
-  /** Whether the handler has called `end`: from then on the outcome is the response. */
-  readonly ended: boolean;
-  /** Stop capturing (the handler failed before ending): the response methods are restored. */
-  detach(): void;
-}
-
-export function captureResponse(res: ServerResponse, claim: HttpClaim): ResponseCapture {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let overflow = false;
-  let headHeaders: OutgoingHttpHeaders = {};
-  let finished = false;
-  let resolveDone!: () => void;
-  const done = new Promise<void>((resolve) => (resolveDone = resolve));
-
-  const keep = (chunk: unknown, encoding: unknown) => {
-    if (overflow) return;
-    const bytes = toBytes(chunk, encoding);
-    if (!bytes) return;
-    size += bytes.length;
-    if (size > claim.maxResponseBytes) {
-      overflow = true;
-      chunks.length = 0;
-      return;
-    }
-    chunks.push(Buffer.from(bytes)); // copy: the caller may reuse its buffer
-  };
-
-  const originalWriteHead = res.writeHead;
-  const originalWrite = res.write;
-  const originalEnd = res.end;
-  const detach = () => {
-    res.writeHead = originalWriteHead;
-    res.write = originalWrite;
-    res.end = originalEnd;
-  };
-
-  res.writeHead = function writeHead(this: ServerResponse, ...args: unknown[]) {
-    const headers = headersFromArgs(args.slice(1));
-    if (headers) {
-      headHeaders = { ...headHeaders };
-      for (const [k, v] of Object.entries(headers)) headHeaders[k.toLowerCase()] = v;
-    }
-    return (originalWriteHead as (...a: unknown[]) => ServerResponse).apply(this, args);
-  } as ServerResponse['writeHead'];
-
-  res.write = function write(this: ServerResponse, chunk: unknown, ...rest: unknown[]) {
-    keep(chunk, rest[0]);
-    return (originalWrite as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
-  } as ServerResponse['write'];
-
-  res.end = function end(this: ServerResponse, ...args: unknown[]) {
-    if (finished) return (originalEnd as (...a: unknown[]) => ServerResponse).apply(this, args);
-    finished = true;
-    const chunk = typeof args[0] === 'function' ? undefined : args[0];
-    keep(chunk, typeof args[1] === 'string' ? args[1] : undefined);
-    const captured: CapturedResponse = {
-      status: res.statusCode,
-      headers: { ...(res.getHeaders() as CapturedResponse['headers']), ...(headHeaders as CapturedResponse['headers']) },
-      body: overflow ? null : Buffer.concat(chunks, size),
-    };
-    detach();
-    claim
-      .finish(captured)
-      .finally(() => {
-        (originalEnd as (...a: unknown[]) => ServerResponse).apply(res, args);
-        resolveDone();
-      });
-    return res;
-  } as ServerResponse['end'];
-
-  return {
-    done,
-    get ended() {
-      return finished;
-    },
-    detach,
-  };
-}
-
-/**
- * Whether something before us (a body parser) has already read the request body. Then the
- * body is taken from the parser's result, and its declared length is checked instead.
- */
-export function bodyConsumed(req: IncomingMessage): boolean {
-  return req.readableEnded;
-}
-
-/** A body read by someone else was not counted: refuse it by its declared length (413). */
-export function assertDeclaredLength(req: IncomingMessage, limit: number): void {
-  const declared = Number(req.headers['content-length']);
-  if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
-}
-
-/**
- * Capture a response body stream (Koa's `ctx.body`, Fastify's payload) on its way out. The
- * returned stream passes every chunk on and ends only once the response is stored, as
- * captureResponse holds back `end`. Over `maxResponseBytes` the record completes without a
- * body (H12). A failing source releases the claim, like a thrown error (H10); a consumer
- * that goes away first (the client disconnected) completes it without a body (H12): the
- * handler did run, so a retry must not run it again.
- */
-export function captureStream(source: Readable, claim: HttpClaim, head: Omit<CapturedResponse, 'body'>): Readable {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let overflow = false;
-  let settled = false;
-  const settle = (outcome: () => Promise<void>): Promise<void> => {
-    if (settled) return Promise.resolve();
-    settled = true;
-    return outcome();
-  };
-  const tee = new Transform({
-    transform(chunk: Buffer, _encoding, callback) {
-      if (!overflow) {
-        size += chunk.length;
-        if (size > claim.maxResponseBytes) {
-          overflow = true;
-          chunks.length = 0;
-        } else chunks.push(chunk);
-      }
-      callback(null, chunk);
-    },
-    flush(callback) {
-      void settle(() => claim.finish({ ...head, body: overflow ? null : Buffer.concat(chunks, size) })).then(() => callback());
-    },
-  });
-  source.once('error', (error) => {
-    void settle(() => claim.fail(error));
-    tee.destroy(error);
-  });
-  tee.once('close', () => {
-    void settle(() => claim.finish({ ...head, body: null }));
-    if (!source.destroyed) source.destroy();
-  });
-  source.pipe(tee);
-  return tee;
-}
-
-function defaultOnError(_error: unknown, _req: IncomingMessage, res: ServerResponse): void {
+function defaultOnError(error: unknown, _req: IncomingMessage, res: ServerResponse): void {
+  // As Express and Koa do: an unhandled error is logged, never silent. A client that went
+  // away while we read its body is not an error of the server's.
+  if (!isClientAbort(error)) console.error(error);
+  if (res.destroyed) return;
   if (!res.headersSent) {
     res.statusCode = 500;
     res.setHeader('content-type', 'text/plain; charset=utf-8');
     res.end('Internal Server Error');
   } else res.destroy();
-}
-
-/** The key header's lines, one entry per line, so repeated lines are spotted (H4). */
-export function keyHeaderLines(req: IncomingMessage, headerName: string): string[] | string | undefined {
-  return req.headersDistinct?.[headerName] ?? req.headers[headerName];
 }
 
 /**
@@ -303,7 +54,8 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
   options: NodeIdempotencyOptions<Req> | Idempotency<Req>,
 ): (req: Req, res: Res) => Promise<void> {
   if (typeof handler !== 'function') throw new TypeError(`Expected \`handler\` to be a function, got ${String(handler)}`);
-  const layer = options instanceof Idempotency ? options : new Idempotency<Req>(options);
+  // Node http has no convention for the authenticated user: `scope` is required.
+  const layer = options instanceof Idempotency ? options : new Idempotency<Req>(options, { name: 'idempotency-kit/node', scopeExample: '(req) => req.user.id' });
   const onError = (options instanceof Idempotency ? undefined : options.onError) ?? defaultOnError;
 
   return async function idempotency(req: Req, res: Res): Promise<void> {

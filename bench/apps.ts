@@ -74,7 +74,7 @@ async function nodeApp(o: AppOptions): Promise<RunningApp> {
   if (o.impl === 'bare') orders = handler;
   else if (o.impl === 'ours') {
     const { withIdempotency } = await import('../adapters/node.js');
-    orders = withIdempotency(handler, { store: o.store! });
+    orders = withIdempotency(handler, { store: o.store!, scope: 'shared' });
   } else throw new Error(`${o.impl} runs on express only`);
 
   const server = http.createServer((req, res) => {
@@ -103,7 +103,7 @@ async function expressApp(o: AppOptions): Promise<RunningApp> {
   if (o.impl === 'bare') app.post('/orders', express.json(), handler);
   else if (o.impl === 'ours') {
     const { idempotency } = await import('../adapters/express.js');
-    app.post('/orders', express.json(), idempotency({ store: o.store! }), handler);
+    app.post('/orders', express.json(), idempotency({ store: o.store!, scope: 'shared' }), handler);
   } else if (o.impl === 'express-idempotency') {
     // As its README shows: the middleware, then the route checks isHit().
     if (o.peerStore !== 'memory') throw new Error('express-idempotency ships an in-memory store only');
@@ -171,7 +171,7 @@ async function fastifyApp(o: AppOptions): Promise<RunningApp> {
   app.get('/__stats', async (req, reply) => reply.type('application/json').send(stats(o, req.url)));
   if (o.impl === 'ours') {
     const { idempotency } = await import('../adapters/fastify.js');
-    await app.register(idempotency, { store: o.store! });
+    await app.register(idempotency, { store: o.store!, scope: 'shared' });
   } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
   app.post('/orders', async (req, reply) => {
     const r = await placeOrder(req.headers, req.body);
@@ -197,7 +197,7 @@ async function koaApp(o: AppOptions): Promise<RunningApp> {
   app.use(bodyParser());
   if (o.impl === 'ours') {
     const { idempotency } = await import('../adapters/koa.js');
-    app.use(idempotency({ store: o.store! }));
+    app.use(idempotency({ store: o.store!, scope: 'shared' }));
   } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
   app.use(async (ctx) => {
     if (ctx.method !== 'POST' || ctx.path !== '/orders') {

@@ -3,7 +3,7 @@
  * IDEMPOTENCY_STORE=<url> (default an SQLite file under .data/), PORT (default 3000).
  */
 import type http from 'node:http';
-import { createStore } from 'idempotency-kit';
+import { createStore, type IdempotencyEvent } from 'idempotency-kit';
 import type { DemoDeps } from './apps/node.js';
 import { createPayments } from './payments.js';
 
@@ -25,6 +25,7 @@ export async function startDemo(options: {
   port?: number;
   balancesFile?: string;
   workMs?: number;
+  onEvent?: (event: IdempotencyEvent) => void;
 }): Promise<{ server: http.Server; url: string; close: () => Promise<void>; payments: ReturnType<typeof createPayments> }> {
   const adapter = (options.adapter ?? 'node') as AdapterName;
   if (!ADAPTERS.includes(adapter)) {
@@ -33,8 +34,19 @@ export async function startDemo(options: {
   const store = createStore(options.storeUrl ?? DEFAULT_STORE);
   const payments = createPayments({ file: options.balancesFile, workMs: options.workMs });
   const app = await apps[adapter]!();
-  const server = await app.createServer({ store, payments });
-  await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
+  const server = await app.createServer({ store, payments, onEvent: options.onEvent });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(options.port ?? 0, '127.0.0.1', resolve);
+    });
+  } catch (error) {
+    await store.close();
+    if ((error as NodeJS.ErrnoException).code === 'EADDRINUSE') {
+      throw new Error(`port ${options.port} is already in use: stop what runs there, or pick another port with PORT=3001 npm start`);
+    }
+    throw error;
+  }
   const address = server.address() as { port: number };
   return {
     server,
@@ -50,22 +62,48 @@ export async function startDemo(options: {
 const isMain = process.argv[1] !== undefined && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/').split('/').pop()!);
 if (isMain) {
   const storeUrl = process.env.IDEMPOTENCY_STORE ?? DEFAULT_STORE;
-  const demo = await startDemo({
-    adapter: process.env.ADAPTER,
-    storeUrl,
-    port: Number(process.env.PORT ?? 3000),
-    balancesFile: './.data/balances.json',
-  });
+  let demo: Awaited<ReturnType<typeof startDemo>>;
+  try {
+    demo = await startDemo({
+      adapter: process.env.ADAPTER,
+      storeUrl,
+      port: Number(process.env.PORT ?? 3000),
+      balancesFile: './.data/balances.json',
+      onEvent(event) {
+        // A dead or slow store answers 503 to clients: say so here too.
+        if (event.type === 'store-error') {
+          const error = event.error as Error | undefined;
+          console.error(`store error (${event.operation}) on ${redact(storeUrl)}: ${error?.cause instanceof Error ? error.cause.message : error?.message}`);
+        }
+      },
+    });
+  } catch (error) {
+    console.error(`demo: ${(error as Error).message}`);
+    process.exit(1);
+  }
   const url = demo.url;
-  console.log(`idempotency-kit demo (${process.env.ADAPTER ?? 'node'} adapter, store ${storeUrl}) on ${url}
+  console.log(`idempotency-kit demo (${process.env.ADAPTER ?? 'node'} adapter, store ${redact(storeUrl)}) on ${url}
 
   curl -s ${url}/accounts/acc_1
   curl -si -X POST ${url}/accounts/acc_1/debits -H 'content-type: application/json' \\
        -H 'Idempotency-Key: order-42' -d '{"amount":1000}'
   # send the same POST again: same answer, Idempotent-Replayed: true, balance still 9000
   npm run demo:storm   # 50 identical debits at once, protected vs unprotected
+
+Ctrl-C stops it.
 `);
   const stop = () => void demo.close().then(() => process.exit(0));
   process.on('SIGINT', stop);
   process.on('SIGTERM', stop);
+  // Stop with whoever started us, even when it was killed without passing a signal on
+  // (a killed npm leaves its child to init): the parent changes, and we leave too.
+  const parent = process.ppid;
+  setInterval(() => {
+    if (process.ppid !== parent) stop();
+  }, 1000).unref();
+}
+
+/** The store URL without its password, for logs. */
+function redact(url: string): string {
+  return url.replace(/\/\/([^:/@]*):[^@/]*@/, '//$1:***@');
 }

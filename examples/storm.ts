@@ -12,7 +12,9 @@ export interface StormRow {
   executions: number;
   replays: number;
   conflicts: number;
+  /** Answers >= 400 other than 409, by status. */
   errors: number;
+  unavailable: number;
   balance: number;
 }
 
@@ -44,6 +46,7 @@ export async function storm(
     replays: responses.filter((r) => r.headers.get('idempotent-replayed') === 'true').length,
     conflicts: responses.filter((r) => r.status === 409).length,
     errors: responses.filter((r) => r.status >= 400 && r.status !== 409).length,
+    unavailable: responses.filter((r) => r.status === 503).length,
     balance,
   };
 }
@@ -56,8 +59,16 @@ if (isMain) {
     const rows = [await storm(demo.url, 'protected'), await storm(demo.url, 'unprotected')];
     console.log(`50 identical debits of 1 000 at once, then 5 retries (adapter ${process.env.ADAPTER ?? 'node'}, store ${storeUrl})\n`);
     console.table(rows);
-    const ok = rows[0]!.executions === 1 && rows[0]!.balance === 9000;
-    console.log(ok ? 'protected route: 1 execution, balance 9 000' : 'UNEXPECTED: the protected route ran more than once');
+    const guarded = rows[0]!;
+    const ok = guarded.executions === 1 && guarded.balance === 9000;
+    if (ok) console.log('protected route: 1 execution, balance 9 000');
+    else if (guarded.executions === 0 && guarded.unavailable > 0) {
+      console.log(
+        `the protected route never ran: ${guarded.unavailable} answers were 503 store-unavailable. ` +
+          `Is the store at ${storeUrl.replace(/\/\/([^:/@]*):[^@/]*@/, '//$1:***@')} up? (IDEMPOTENCY_STORE picks another)`,
+      );
+    } else if (guarded.executions === 0) console.log(`the protected route never ran (${guarded.errors} error answers)`);
+    else console.log(`UNEXPECTED: the protected route ran ${guarded.executions} times`);
     process.exitCode = ok ? 0 : 1;
   } finally {
     await demo.close();

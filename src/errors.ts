@@ -15,7 +15,8 @@ export type IdempotencyErrorCode =
   | 'response-not-replayable'
   | 'store-unavailable'
   | 'body-too-large'
-  | 'result-not-storable';
+  | 'result-not-storable'
+  | 'scope-required';
 
 export class IdempotencyError extends Error {
   override name = 'IdempotencyError';
@@ -112,6 +113,18 @@ export class ResultNotStorableError extends IdempotencyError {
     super('result-not-storable', 500, message, { cause: options?.cause });
     // Not enumerable: a logged error should not dump a large result.
     if (options && 'result' in options) Object.defineProperty(this, 'result', { value: options.result });
+  }
+}
+
+/**
+ * No `scope` option was given and the request carries no authenticated user to scope its
+ * key by. Keys are never shared between clients silently (docs/semantics.md#security), so
+ * this is a configuration error of the server (500), whose message says what to write.
+ */
+export class ScopeRequiredError extends IdempotencyError {
+  override name = 'ScopeRequiredError';
+  constructor(message: string) {
+    super('scope-required', 500, message);
   }
 }
 

@@ -5,10 +5,10 @@
  * @module
  */
 import { Engine, type EngineOptions, type IdempotencyEvent, type Lease } from './engine.js';
-import { IdempotencyKeyError, isIdempotencyError, StoreUnavailableError, type IdempotencyError } from './errors.js';
+import { IdempotencyKeyError, isIdempotencyError, ScopeRequiredError, StoreUnavailableError, type IdempotencyError } from './errors.js';
 import { fingerprintRequest } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
-import { problemResponse, type HttpResponse } from './problem.js';
+import { problemResponse, type FormatError, type HttpResponse } from './problem.js';
 import type { StoredResponse } from './store.js';
 import { assertFunction, assertInteger, assertStringArray } from './validate.js';
 
@@ -36,8 +36,20 @@ export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, '
   header?: string;
   /** @default 255 */
   maxKeyLength?: number;
-  /** The tenant of a request (H15): the same key in two scopes is two records. */
-  scope?: (req: Req) => string | undefined | Promise<string | undefined>;
+  /**
+   * Whose key space a request's key belongs to: the same key in two scopes is two records,
+   * so one client never receives another's response (docs/semantics.md#security).
+   *
+   * - a function `(req) => id`: the tenant or user id of the request (never a raw token or
+   *   password: scope by identity, so a refreshed token still replays). Returning
+   *   `undefined` puts that request in the one shared space.
+   * - `'shared'`: one key space for every client (keys must then be unguessable).
+   * - not set: the authenticated user that the framework's usual auth middleware sets
+   *   (each adapter's page says where it looks). A request without one is refused with a
+   *   500 `scope-required` that says what to write; an adapter with no such convention
+   *   (Node `http`, fetch) refuses to start without `scope`.
+   */
+  scope?: ((req: Req) => string | number | undefined | Promise<string | number | undefined>) | 'shared';
   /**
    * Replaces query, body and headers in the fingerprint with what this returns (method
    * and path always count). Use it to leave out fields that change between retries.
@@ -62,6 +74,51 @@ export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, '
    * @default 1048576 (1 MiB)
    */
   maxBodyBytes?: number;
+  /**
+   * Reshape the body of the layer's own error responses (400, 409, 413, 422, 500, 503),
+   * e.g. into the `{ error: { ... } }` envelope your API's SDKs expect, so that a client
+   * library that only looks for its own error shape raises instead of mistaking a 409 for
+   * a result. Status, headers and `code` are kept; the body is sent as `application/json`.
+   * @default RFC 9457 problem details (`application/problem+json`)
+   */
+  formatError?: FormatError;
+}
+
+/**
+ * What a framework adapter tells the layer about its conventions. Adapter authors pass it
+ * as the second argument of `new Idempotency(options, defaults)`.
+ */
+export interface AdapterDefaults<Req> {
+  /** The adapter's name, for error messages. */
+  name: string;
+  /**
+   * The authenticated principal's identity on a request (a user id, a JWT `sub`), or
+   * `undefined` when there is none. Leave it out when the framework has no convention:
+   * `scope` is then required.
+   */
+  principal?: (req: Req) => unknown;
+  /** Where `principal` looks, in the user's words, e.g. "req.auth.sub, req.user.id or req.user.sub". */
+  principalSource?: string;
+  /** What a user writes as `scope` on this framework, e.g. "(req) => req.user.id". */
+  scopeExample?: string;
+}
+
+/**
+ * The identity of a user object as auth middleware leaves it: the object's `id`, else its
+ * `sub` (a JWT subject); a bare string or number is the identity itself.
+ */
+export function userIdentity(user: unknown): unknown {
+  if (typeof user !== 'object' || user === null) return user;
+  const { id, sub } = user as { id?: unknown; sub?: unknown };
+  return id ?? sub;
+}
+
+/** A principal's identity as a scope: a non-empty string or a finite number. */
+function identity(value: unknown): string | undefined {
+  if (typeof value === 'string') return value === '' ? undefined : value;
+  if (typeof value === 'number' && Number.isFinite(value)) return String(value);
+  if (typeof value === 'bigint') return String(value);
+  return undefined;
 }
 
 /** What an adapter knows about a request. */
@@ -149,9 +206,10 @@ export class Idempotency<Req = unknown> {
   readonly #replayHeaders: ReadonlySet<string>;
   readonly #options: IdempotencyOptions<Req>;
   readonly #fingerprintHeaders: string[];
+  readonly #defaults: AdapterDefaults<Req> | undefined;
   readonly #ttl: ((req: Req, response: CapturedResponse) => number) | undefined;
 
-  constructor(options: IdempotencyOptions<Req>) {
+  constructor(options: IdempotencyOptions<Req>, defaults?: AdapterDefaults<Req>) {
     const { ttl } = options ?? {};
     if (typeof ttl === 'function') this.#ttl = ttl;
     else if (ttl !== undefined && typeof ttl !== 'number') {
@@ -159,6 +217,7 @@ export class Idempotency<Req = unknown> {
     }
     this.engine = new Engine(this.#ttl ? ({ ...options, ttl: undefined } as EngineOptions) : (options as EngineOptions));
     this.#options = options;
+    this.#defaults = defaults;
     const methods = options.methods ?? ['POST', 'PATCH'];
     assertStringArray('methods', methods);
     this.methods = new Set(methods.map((m) => m.toUpperCase()));
@@ -177,9 +236,23 @@ export class Idempotency<Req = unknown> {
     assertInteger('maxKeyLength', this.maxKeyLength, 1);
     assertInteger('maxBodyBytes', this.maxBodyBytes, 0);
     assertInteger('maxResponseBytes', this.maxResponseBytes, 0);
-    if (options.scope !== undefined) assertFunction('scope', options.scope);
+    if (options.scope === undefined) {
+      if (!defaults?.principal) {
+        const example = defaults?.scopeExample ?? '(req) => req.user.id';
+        throw new TypeError(
+          `Expected \`scope\`: ${defaults?.name ?? 'this layer'} cannot tell which user sent a request, and without a scope ` +
+            `every client shares one key space (one client could receive another's stored response). ` +
+            `Pass \`scope: ${example}\` (the authenticated user or tenant id), or \`scope: 'shared'\` if all clients may share keys.`,
+        );
+      }
+    } else if (options.scope !== 'shared') {
+      if (typeof options.scope !== 'function') {
+        throw new TypeError(`Expected \`scope\` to be a function or 'shared', got ${typeof options.scope === 'string' ? JSON.stringify(options.scope) : String(options.scope)}`);
+      }
+    }
     if (options.fingerprint !== undefined) assertFunction('fingerprint', options.fingerprint);
     if (options.storeResponse !== undefined) assertFunction('storeResponse', options.storeResponse);
+    if (options.formatError !== undefined) assertFunction('formatError', options.formatError);
     const fingerprintHeaders = options.fingerprintHeaders ?? [];
     assertStringArray('fingerprintHeaders', fingerprintHeaders);
     const replayHeaders = options.replayHeaders ?? [];
@@ -195,7 +268,7 @@ export class Idempotency<Req = unknown> {
 
   /** A copy with some options changed, sharing the store (per-route overrides). */
   with(overrides: Partial<IdempotencyOptions<Req>>): Idempotency<Req> {
-    return new Idempotency({ ...this.#options, ...overrides });
+    return new Idempotency({ ...this.#options, ...overrides }, this.#defaults);
   }
 
   /** H1: only covered methods are looked at. */
@@ -221,9 +294,17 @@ export class Idempotency<Req = unknown> {
       throw error;
     }
     const options = this.#options;
-    const scope = options.scope ? await options.scope(request.raw) : undefined;
-    if (scope !== undefined && typeof scope !== 'string') {
-      throw new TypeError(`Expected \`scope(req)\` to return a string or undefined, got ${typeof scope}`);
+    let scope: string | undefined;
+    if (typeof options.scope === 'function') {
+      const found: unknown = await options.scope(request.raw);
+      // A numeric user id is an identity too (`(req) => req.user.id` with a number).
+      scope = typeof found === 'number' || typeof found === 'bigint' ? identity(found) : (found as string | undefined);
+      if (scope !== undefined && typeof scope !== 'string') {
+        throw new TypeError(`Expected \`scope(req)\` to return a string, a number or undefined, got ${typeof scope}`);
+      }
+    } else if (options.scope === undefined) {
+      scope = identity(this.#defaults!.principal!(request.raw));
+      if (scope === undefined) return this.#problem(this.#scopeRequired());
     }
     const fingerprint = fingerprintRequest({
       method: request.method,
@@ -257,8 +338,17 @@ export class Idempotency<Req = unknown> {
     }
   }
 
+  #scopeRequired(): ScopeRequiredError {
+    const d = this.#defaults!;
+    return new ScopeRequiredError(
+      `No \`scope\` option and no authenticated user on this request (looked at ${d.principalSource ?? 'the usual places'}), ` +
+        `so its key cannot be kept apart from other clients' keys. Put the idempotency layer after your authentication, ` +
+        `or pass \`scope: ${d.scopeExample ?? '(req) => req.user.id'}\`, or \`scope: 'shared'\` if all clients may share keys.`,
+    );
+  }
+
   #problem(error: IdempotencyError): HttpDecision<Req> {
-    return { type: 'respond', response: problemResponse(error, this.header), error };
+    return { type: 'respond', response: problemResponse(error, this.header, this.#options.formatError), error };
   }
 
   #claim(lease: Lease, req: Req): HttpClaim {
@@ -303,6 +393,6 @@ export class Idempotency<Req = unknown> {
 }
 
 /** Create the HTTP layer the adapters call. Most users call an adapter instead. */
-export function createIdempotency<Req = unknown>(options: IdempotencyOptions<Req>): Idempotency<Req> {
-  return new Idempotency(options);
+export function createIdempotency<Req = unknown>(options: IdempotencyOptions<Req>, defaults?: AdapterDefaults<Req>): Idempotency<Req> {
+  return new Idempotency(options, defaults);
 }

@@ -1,19 +1,15 @@
 /**
  * idempotency-kit: make retried requests and redelivered messages safe.
+ *
+ * The root entry holds what an application, an adapter author or a store author needs:
+ * `createStore`, `idempotent`, the HTTP layer (`createIdempotency`, for writing an adapter:
+ * docs/writing-an-adapter.md), the error classes, and the store interface's types.
  * @module
  * @example
  * import { createStore, idempotent } from 'idempotency-kit';
  * const handle = idempotent(processMessage, { store: createStore('sqlite://./idem.db'), key: (m) => m.id });
  */
-export { decide, type Decision } from './decide.js';
-export {
-  Engine,
-  Lease,
-  storageKey,
-  type EngineOptions,
-  type IdempotencyEvent,
-  type IdempotencyEventType,
-} from './engine.js';
+export type { EngineOptions, IdempotencyEvent, IdempotencyEventType } from './engine.js';
 export {
   BodyTooLargeError,
   IdempotencyConflictError,
@@ -22,16 +18,17 @@ export {
   IdempotencyMismatchError,
   ResponseNotReplayableError,
   ResultNotStorableError,
+  ScopeRequiredError,
   StoreUnavailableError,
   isIdempotencyError,
   type IdempotencyErrorCode,
   type KeyInvalidReason,
 } from './errors.js';
-export { canonicalJson, fingerprintRequest, hashValue, type FingerprintInput } from './fingerprint.js';
 export {
   Idempotency,
   createIdempotency,
   defaultStoreResponse,
+  type AdapterDefaults,
   type CapturedResponse,
   type HttpClaim,
   type HttpDecision,
@@ -39,29 +36,20 @@ export {
   type IdempotencyOptions,
 } from './http.js';
 export { idempotent, type IdempotentOptions } from './idempotent.js';
-export { parseIdempotencyKey, type KeyParseResult } from './key.js';
-export { problemResponse, problemType, type HttpResponse } from './problem.js';
-export { deserializeResult, serializeResult } from './serialize.js';
-export {
-  decodeRecord,
-  encodeRecord,
-  type ClaimRequest,
-  type ClaimResult,
-  type CompletedRecord,
-  type IdempotencyRecord,
-  type IdempotencyStore,
-  type MaintenanceOptions,
-  type ProcessingRecord,
-  type StoreStats,
-  type StoredResponse,
+export type { FormatError, HttpResponse, ProblemDetails } from './problem.js';
+export type {
+  ClaimRequest,
+  ClaimResult,
+  CompletedRecord,
+  IdempotencyRecord,
+  IdempotencyStore,
+  MaintenanceOptions,
+  ProcessingRecord,
+  StoreStats,
+  StoredResponse,
 } from './store.js';
-export {
-  EVENT_CHANNEL,
-  STORE_CHANNEL,
-  type EventMessage,
-  type OpenTelemetryApi,
-  type StoreCallMessage,
-  type TelemetryOptions,
-} from './telemetry.js';
+// Telemetry options, and the messages of the 'idempotency-kit:event' and
+// 'idempotency-kit:store' diagnostics channels (docs/telemetry.md).
+export type { EventMessage, OpenTelemetryApi, StoreCallMessage, TelemetryOptions } from './telemetry.js';
 // The package root also offers the URL resolver; the core modules above import no driver.
 export { createStore, type CreateStoreOptions } from '../drivers/create-store.js';

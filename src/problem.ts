@@ -19,13 +19,33 @@ const titles: Record<string, string> = {
   'response-not-replayable': 'The original response cannot be replayed',
   'store-unavailable': 'Idempotency store unavailable',
   'body-too-large': 'Request body too large',
+  'scope-required': 'Idempotency keys have no scope on this server',
 };
+
+/** An RFC 9457 problem document as the layer writes it. */
+export interface ProblemDetails {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: string;
+  /** Why a key was refused (`key-invalid` only). */
+  reason?: string;
+}
+
+/**
+ * Reshapes the body of the layer's own error responses, e.g. into the envelope an API's
+ * clients already understand (`{ error: { type, code, message } }`). The status, the
+ * `Retry-After` and `Cache-Control` headers and the `code` stay; the body is sent as
+ * `application/json` (it is no longer a problem document).
+ */
+export type FormatError = (problem: ProblemDetails, error: IdempotencyError) => unknown;
 
 /** The problem `type` URI for a code; docs/errors.md has one heading per code. */
 export const problemType = (code: string): string => `urn:idempotency-kit:problem:${code}`;
 
-export function problemResponse(error: IdempotencyError, header = 'Idempotency-Key'): HttpResponse {
-  const body: Record<string, unknown> = {
+export function problemResponse(error: IdempotencyError, header = 'Idempotency-Key', format?: FormatError): HttpResponse {
+  const body: ProblemDetails = {
     type: problemType(error.code),
     title: titles[error.code] ?? error.code,
     status: error.status,
@@ -39,12 +59,20 @@ export function problemResponse(error: IdempotencyError, header = 'Idempotency-K
     code: error.code,
   };
   if (error instanceof IdempotencyKeyError && error.reason) body.reason = error.reason;
+  let payload: unknown = body;
+  if (format) {
+    try {
+      payload = format(body, error);
+    } catch {
+      payload = body; // a failing formatter must not turn a 409 into a 500: answer the plain problem
+    }
+  }
   const headers: Record<string, string> = {
-    'content-type': 'application/problem+json',
+    'content-type': payload === body ? 'application/problem+json' : 'application/json',
     'cache-control': 'no-store',
   };
   if (error instanceof IdempotencyConflictError || error instanceof StoreUnavailableError) {
     headers['retry-after'] = String(error.retryAfterSeconds);
   }
-  return { status: error.status, headers, body: new Uint8Array(Buffer.from(JSON.stringify(body))) };
+  return { status: error.status, headers, body: new Uint8Array(Buffer.from(JSON.stringify(payload))) };
 }

@@ -40,6 +40,19 @@ describe('package exports', () => {
     }
   });
 
+  it('the root and ./node export only the public surface (internals stay behind the package boundary)', () => {
+    const keys = (sub: string) =>
+      (JSON.parse(node(['--input-type=module', '-e', `const m = await import(${JSON.stringify(specifier(sub))}); console.log(JSON.stringify(Object.keys(m)))`])) as string[]).sort();
+    expect(keys('.')).toEqual(
+      [
+        'BodyTooLargeError', 'Idempotency', 'IdempotencyConflictError', 'IdempotencyError', 'IdempotencyKeyError',
+        'IdempotencyMismatchError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
+        'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'isIdempotencyError',
+      ].sort(),
+    );
+    expect(keys('./node')).toEqual(['withIdempotency']);
+  });
+
   for (const [sub, names] of Object.entries(expected)) {
     it(`${sub} resolves with import and with require`, () => {
       const esm = JSON.parse(node(['--input-type=module', '-e', `const m = await import(${JSON.stringify(specifier(sub))}); console.log(JSON.stringify(Object.keys(m)))`]));

@@ -7,7 +7,7 @@ import express from 'express';
 import { idempotency } from 'idempotency-kit/express';
 import type { DemoDeps } from './node.js';
 
-export async function createServer({ store, payments }: DemoDeps): Promise<http.Server> {
+export async function createServer({ store, payments, onEvent }: DemoDeps): Promise<http.Server> {
   const app = express();
   app.use(express.json());
 
@@ -20,7 +20,7 @@ export async function createServer({ store, payments }: DemoDeps): Promise<http.
       res.status(422).json({ error: (error as Error).message });
     }
   };
-  app.post('/accounts/:id/debits', idempotency({ store }), debit);
+  app.post('/accounts/:id/debits', idempotency({ store, onEvent, scope: (req) => String(req.params.id) }), debit);
   app.post('/unprotected/accounts/:id/debits', debit);
   app.post('/accounts/:id/reset', (req, res) => {
     payments.reset(req.params.id);

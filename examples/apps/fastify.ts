@@ -12,9 +12,9 @@ interface AccountRoute {
   Body: { amount?: unknown } | undefined;
 }
 
-export async function createServer({ store, payments }: DemoDeps): Promise<http.Server> {
+export async function createServer({ store, payments, onEvent }: DemoDeps): Promise<http.Server> {
   const app = Fastify();
-  await app.register(idempotency, { store });
+  await app.register(idempotency, { store, onEvent, scope: (request) => (request.params as { id?: string }).id });
 
   const debit = async (request: { params: { id: string }; body: AccountRoute['Body'] }, reply: FastifyReply) => {
     const accountId = request.params.id;

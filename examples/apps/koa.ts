@@ -9,7 +9,7 @@ import Koa from 'koa';
 import { idempotency } from 'idempotency-kit/koa';
 import type { DemoDeps } from './node.js';
 
-export async function createServer({ store, payments }: DemoDeps): Promise<http.Server> {
+export async function createServer({ store, payments, onEvent }: DemoDeps): Promise<http.Server> {
   const app = new Koa();
   const router = new Router();
 
@@ -25,7 +25,7 @@ export async function createServer({ store, payments }: DemoDeps): Promise<http.
       ctx.body = { error: (error as Error).message };
     }
   };
-  router.post('/accounts/:id/debits', idempotency({ store }), debit);
+  router.post('/accounts/:id/debits', idempotency({ store, onEvent, scope: (ctx) => ctx.params.id }), debit);
   router.post('/unprotected/accounts/:id/debits', debit);
   router.post('/accounts/:id/reset', (ctx) => {
     payments.reset(ctx.params.id!);

@@ -8,13 +8,15 @@
  *   POST /accounts/:id/reset                              back to 10 000 (no key needed)
  */
 import http from 'node:http';
-import type { IdempotencyStore } from 'idempotency-kit';
+import type { IdempotencyEvent, IdempotencyStore } from 'idempotency-kit';
 import { withIdempotency } from 'idempotency-kit/node';
 import type { Payments } from '../payments.js';
 
 export interface DemoDeps {
   store: IdempotencyStore;
   payments: Payments;
+  /** Where the layer's events go (the demo logs store errors). */
+  onEvent?: (event: IdempotencyEvent) => void;
 }
 
 const json = (res: http.ServerResponse, status: number, body: unknown, headers: http.OutgoingHttpHeaders = {}) => {
@@ -32,7 +34,7 @@ async function readJson(req: http.IncomingMessage & { body?: unknown }): Promise
   }
 }
 
-export async function createServer({ store, payments }: DemoDeps): Promise<http.Server> {
+export async function createServer({ store, payments, onEvent }: DemoDeps): Promise<http.Server> {
   const debit = async (req: http.IncomingMessage, res: http.ServerResponse, accountId: string) => {
     const body = (await readJson(req)) as { amount?: unknown } | undefined;
     try {
@@ -44,7 +46,8 @@ export async function createServer({ store, payments }: DemoDeps): Promise<http.
   };
   const protectedDebit = withIdempotency<http.IncomingMessage & { accountId?: string }>(
     (req, res) => debit(req, res, req.accountId!),
-    { store },
+    // Keys are per account: the same key on two accounts is two debits.
+    { store, onEvent, scope: (req) => req.accountId },
   );
 
   return http.createServer(async (req, res) => {

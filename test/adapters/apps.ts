@@ -330,7 +330,10 @@ function koaApp(KoaClass: typeof Koa3, options: AppOptions, calls: Calls): http.
 
 // ---------------------------------------------------------------- start
 
-export async function startApp(adapter: AdapterName, options: AppOptions): Promise<RunningApp> {
+export async function startApp(adapter: AdapterName, appOptions: AppOptions): Promise<RunningApp> {
+  // These apps have no users: one key space unless a test sets `scope` (`undefined`
+  // included, to test the default of each adapter).
+  const options: AppOptions = 'scope' in appOptions ? appOptions : { scope: 'shared', ...appOptions };
   const calls = new Calls();
   let server: http.Server;
   let close: (() => Promise<void>) | undefined;

@@ -583,12 +583,14 @@ export const scenarios: Scenario[] = [
   {
     rule: 'H17',
     title: "lease renewal keeps a slow handler's claim past leaseMs: the duplicate waits, no second run",
-    options: { leaseMs: 150 },
+    // A lease of 1 s renewed every 333 ms: the slack (667 ms) is far more than a loaded
+    // machine delays a timer; a 150 ms lease was lost under load.
+    options: { leaseMs: 1000 },
     async run(t) {
       const key = t.key();
-      const first = t.send({ path: '/slow?ms=500', key, body: payment(1) });
-      await sleep(350); // more than two leases
-      const duplicate = await t.send({ path: '/slow?ms=500', key, body: payment(1) });
+      const first = t.send({ path: '/slow?ms=2600', key, body: payment(1) });
+      await sleep(2200); // more than two leases
+      const duplicate = await t.send({ path: '/slow?ms=2600', key, body: payment(1) });
       expect((await first).status).toBe(201);
       expect(duplicate.headers['idempotent-replayed']).toBe('true');
       expect(t.app.calls.count('slow')).toBe(1);

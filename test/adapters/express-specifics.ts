@@ -49,7 +49,7 @@ export function expressSpecifics(name: string, express: Express): void {
       const calls = new Calls();
       const app = express();
       app.use(express.json());
-      app.use(idempotency({ store: memoryStore() }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
       app.post('/orders', route((req, res) => res.status(201).json({ n: calls.hit('orders'), got: req.body })));
       const url = await listen(app);
       const k = key();
@@ -63,7 +63,7 @@ export function expressSpecifics(name: string, express: Express): void {
 
     it('without a body parser: the handler still reads the raw body stream, and finds req.body parsed', async () => {
       const app = express();
-      app.use(idempotency({ store: memoryStore() }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
       app.post(
         '/raw',
         route(async (req, res) => {
@@ -78,7 +78,7 @@ export function expressSpecifics(name: string, express: Express): void {
       expect(form.json()).toEqual({ raw: 'a=1&b=two', parsed: { a: '1', b: 'two' } });
       // A parser after the layer reads the restored stream as usual.
       const withText = express();
-      withText.use(idempotency({ store: memoryStore() }));
+      withText.use(idempotency({ store: memoryStore(), scope: 'shared' }));
       withText.use(express.text());
       withText.post('/text', route((req, res) => res.send(`got ${req.body}`)));
       const textUrl = await listen(withText);
@@ -91,7 +91,7 @@ export function expressSpecifics(name: string, express: Express): void {
       writeFileSync(file, 'receipt '.repeat(500));
       const calls = new Calls();
       const app = express();
-      app.use(idempotency({ store: memoryStore() }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
       app.post('/redirect', route((_req, res) => res.redirect(303, `/orders/${calls.hit('redirect')}`)));
       app.post(
         '/file',
@@ -138,7 +138,7 @@ export function expressSpecifics(name: string, express: Express): void {
       const calls = new Calls();
       const app = express();
       app.use(express.json());
-      app.post('/protected', idempotency({ store: memoryStore(), wait: 0 }), (_req, res) => {
+      app.post('/protected', idempotency({ store: memoryStore(), scope: 'shared', wait: 0 }), (_req, res) => {
         res.status(201).json({ n: calls.hit('protected') });
       });
       app.post('/open', (_req, res) => {
@@ -157,7 +157,7 @@ export function expressSpecifics(name: string, express: Express): void {
     it('H14: under mounted routers the full path (req.originalUrl) is fingerprinted', async () => {
       const calls = new Calls();
       const router = express.Router();
-      router.use(idempotency({ store: memoryStore() }));
+      router.use(idempotency({ store: memoryStore(), scope: 'shared' }));
       router.post('/orders', (req, res) => {
         res.status(201).json({ n: calls.hit('orders'), at: req.originalUrl });
       });
@@ -175,7 +175,7 @@ export function expressSpecifics(name: string, express: Express): void {
     it('H10: an error handler answering a thrown error with 500 releases the key', async () => {
       const calls = new Calls();
       const app = express();
-      app.use(idempotency({ store: memoryStore() }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
       app.post(
         '/fails',
         route(() => {
@@ -198,7 +198,7 @@ export function expressSpecifics(name: string, express: Express): void {
       const calls = new Calls();
       const app = express();
       app.set('env', 'test');
-      app.use(idempotency({ store: memoryStore(), leaseMs: 200, wait: 0 }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared', leaseMs: 200, wait: 0 }));
       app.post(
         '/half',
         route(async (_req, res) => {
@@ -236,7 +236,7 @@ export function expressSpecifics(name: string, express: Express): void {
     });
 
     it('bad options are a TypeError when the middleware is created', () => {
-      expect(() => idempotency({ store: memoryStore(), leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive integer, got -1');
+      expect(() => idempotency({ store: memoryStore(), scope: 'shared', leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive integer, got -1');
       expect(() => idempotency({ store: 'redis://localhost' as never })).toThrow(TypeError);
     });
   });

@@ -33,7 +33,7 @@ export function fastifySpecifics(): void {
     it('per-route config: `false` turns it off, an object overrides the plugin options for that route', async () => {
       const calls = new Calls();
       const app = create();
-      await app.register(idempotency, { store: memoryStore() });
+      await app.register(idempotency, { store: memoryStore(), scope: 'shared' });
       app.post('/optional', { config: { idempotency: { required: false } } }, async () => ({ n: calls.hit('optional') }));
       app.post('/no-wait', { config: { idempotency: { wait: 0 } } }, async () => {
         await new Promise((resolve) => setTimeout(resolve, 300));
@@ -58,7 +58,7 @@ export function fastifySpecifics(): void {
     it('works with fastify.inject()', async () => {
       const calls = new Calls();
       const app = create();
-      await app.register(idempotency, { store: memoryStore() });
+      await app.register(idempotency, { store: memoryStore(), scope: 'shared' });
       app.post('/orders', async (request, reply) => reply.code(201).send({ n: calls.hit('orders'), got: request.body }));
       const k = key();
       const inject = () => app.inject({ method: 'POST', url: '/orders', headers: { 'idempotency-key': k }, payload: { a: 1 } });
@@ -72,11 +72,11 @@ export function fastifySpecifics(): void {
 
     it('bad plugin options fail registration; a bad route config fails when the route is declared', async () => {
       const app = create();
-      await expect(app.register(idempotency, { store: memoryStore(), leaseMs: 0 }).ready()).rejects.toThrow(
+      await expect(app.register(idempotency, { store: memoryStore(), scope: 'shared', leaseMs: 0 }).ready()).rejects.toThrow(
         'Expected `leaseMs` to be a positive integer, got 0',
       );
       const other = create();
-      await other.register(idempotency, { store: memoryStore() });
+      await other.register(idempotency, { store: memoryStore(), scope: 'shared' });
       expect(() => other.post('/x', { config: { idempotency: { wait: -5 } } }, async () => ({}))).toThrow(
         'Expected `wait` to be a non-negative integer, got -5',
       );
@@ -86,7 +86,7 @@ export function fastifySpecifics(): void {
     it('is a named, non-encapsulated plugin: routes in prefixed child contexts are covered, with the full path fingerprinted', async () => {
       const calls = new Calls();
       const app = create();
-      await app.register(idempotency, { store: memoryStore() });
+      await app.register(idempotency, { store: memoryStore(), scope: 'shared' });
       expect(app.hasPlugin('idempotency-kit')).toBe(true);
       const orders = async (child: FastifyInstance) => {
         child.post('/orders', async (request) => ({ n: calls.hit('orders'), at: request.url }));
@@ -103,7 +103,7 @@ export function fastifySpecifics(): void {
     it('H7 H12: string, Buffer, Node and web stream payloads are replayed byte for byte; a hijacked reply completes without a body', async () => {
       const calls = new Calls();
       const app = create();
-      await app.register(idempotency, { store: memoryStore() });
+      await app.register(idempotency, { store: memoryStore(), scope: 'shared' });
       app.post('/string', async (_request, reply) => reply.type('text/html').send(`<b>${calls.hit('string')}</b>`));
       app.post('/buffer', async (_request, reply) => reply.send(Buffer.from([0, 255, calls.hit('buffer')])));
       app.post('/node-stream', async (_request, reply) =>
@@ -149,7 +149,7 @@ export function fastifySpecifics(): void {
 
     it('H14: a text/plain body is fingerprinted too', async () => {
       const app = create();
-      await app.register(idempotency, { store: memoryStore() });
+      await app.register(idempotency, { store: memoryStore(), scope: 'shared' });
       app.post('/notes', async (request) => ({ got: request.body }));
       const url = await listen(app);
       const k = key();
@@ -160,7 +160,7 @@ export function fastifySpecifics(): void {
     it('a chunked body (no Content-Length) over maxBodyBytes: 413 body-too-large', async () => {
       const calls = new Calls();
       const app = create();
-      await app.register(idempotency, { store: memoryStore(), maxBodyBytes: 1000 });
+      await app.register(idempotency, { store: memoryStore(), scope: 'shared', maxBodyBytes: 1000 });
       app.post('/orders', async () => ({ n: calls.hit('orders') }));
       const url = new URL(await listen(app));
       const reply = await new Promise<{ status: number; body: string; type: string | undefined }>((resolve, reject) => {

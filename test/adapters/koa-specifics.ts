@@ -39,7 +39,7 @@ export function koaSpecifics(name: string, KoaClass: KoaClass, major: 2 | 3): vo
       const calls = new Calls();
       const app = new KoaClass();
       app.use(bodyParser());
-      app.use(idempotency({ store: memoryStore(), maxBodyBytes: 2048 }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared', maxBodyBytes: 2048 }));
       app.use((ctx) => {
         ctx.status = 201;
         ctx.body = { n: calls.hit('orders'), got: ctx.request.body };
@@ -58,7 +58,7 @@ export function koaSpecifics(name: string, KoaClass: KoaClass, major: 2 | 3): vo
 
     it('without a body parser: the handler reads the raw body from ctx.req', async () => {
       const app = new KoaClass();
-      app.use(idempotency({ store: memoryStore() }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
       app.use(async (ctx) => {
         ctx.body = { raw: (await readAll(ctx.req)).toString('utf8') };
       });
@@ -69,7 +69,7 @@ export function koaSpecifics(name: string, KoaClass: KoaClass, major: 2 | 3): vo
     it('H7: every kind of ctx.body is replayed byte for byte, with the headers set by ctx.set', async () => {
       const calls = new Calls();
       const app = new KoaClass();
-      app.use(idempotency({ store: memoryStore() }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
       const router = new Router();
       router.post('/object', (ctx) => {
         ctx.status = 201;
@@ -137,7 +137,7 @@ export function koaSpecifics(name: string, KoaClass: KoaClass, major: 2 | 3): vo
     it('per route with @koa/router: only that route is protected, and the full path is fingerprinted', async () => {
       const calls = new Calls();
       const router = new Router();
-      const protect = idempotency({ store: memoryStore() });
+      const protect = idempotency({ store: memoryStore(), scope: 'shared' });
       router.post('/orders', protect, (ctx) => {
         ctx.status = 201;
         ctx.body = { n: calls.hit('orders'), at: ctx.originalUrl };
@@ -164,7 +164,7 @@ export function koaSpecifics(name: string, KoaClass: KoaClass, major: 2 | 3): vo
       const calls = new Calls();
       const app = new KoaClass();
       app.on('error', () => {}); // Koa reports the stream error; the test only needs the outcome
-      app.use(idempotency({ store: memoryStore(), wait: 0 }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared', wait: 0 }));
       app.use((ctx) => {
         calls.hit('failing');
         ctx.type = 'text/plain';
@@ -189,7 +189,7 @@ export function koaSpecifics(name: string, KoaClass: KoaClass, major: 2 | 3): vo
     it('H12: with ctx.respond = false the body is out of sight: a retry gets 409, never a second run', async () => {
       const calls = new Calls();
       const app = new KoaClass();
-      app.use(idempotency({ store: memoryStore() }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
       app.use((ctx) => {
         calls.hit('raw');
         ctx.respond = false;
@@ -204,8 +204,8 @@ export function koaSpecifics(name: string, KoaClass: KoaClass, major: 2 | 3): vo
     });
 
     it('bad options are a TypeError when the middleware is created', () => {
-      expect(() => idempotency({ store: memoryStore(), wait: 1.5 })).toThrow('Expected `wait` to be a non-negative integer, got 1.5');
-      expect(() => idempotency({ store: memoryStore(), methods: 'POST' as never })).toThrow(TypeError);
+      expect(() => idempotency({ store: memoryStore(), scope: 'shared', wait: 1.5 })).toThrow('Expected `wait` to be a non-negative integer, got 1.5');
+      expect(() => idempotency({ store: memoryStore(), scope: 'shared', methods: 'POST' as never })).toThrow(TypeError);
     });
   });
 }

@@ -300,18 +300,21 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
   });
 
   it('H17: the lease is renewed while a long fn runs (4 leases); a concurrent caller never runs fn', async () => {
+    // A lease of 1 s renewed every 333 ms: a loaded machine delays timers and store calls by
+    // far less than the 667 ms of slack, where a 300 ms lease was lost under load.
+    const LEASE_MS = 1000;
     const { fn, calls } = counted(async () => {
-      await sleep(1200);
+      await sleep(4 * LEASE_MS);
       return 'long job';
     });
     const k = key();
     const events: IdempotencyEvent[] = [];
-    const handle = idempotent(fn, { store, key: () => k, leaseMs: 300, onEvent: (e) => events.push(e) });
-    const impatient = idempotent(fn, { store, key: () => k, leaseMs: 300, wait: 0 });
+    const handle = idempotent(fn, { store, key: () => k, leaseMs: LEASE_MS, onEvent: (e) => events.push(e) });
+    const impatient = idempotent(fn, { store, key: () => k, leaseMs: LEASE_MS, wait: 0 });
     const first = handle();
     const conflicts: unknown[] = [];
     for (let i = 0; i < 10; i++) {
-      await sleep(100);
+      await sleep((4 * LEASE_MS) / 12);
       conflicts.push(await impatient().catch((e: unknown) => e));
     }
     expect(conflicts.every((e) => e instanceof IdempotencyConflictError)).toBe(true);

@@ -21,7 +21,7 @@ describe('HTTP policy (src/http.ts)', () => {
   });
 
   it('H10/H11: a stored response keeps only allow-listed headers; 5xx is released', async () => {
-    const layer = createIdempotency({ store: memoryStore(), replayHeaders: ['X-Payment-Id'] });
+    const layer = createIdempotency({ store: memoryStore(), scope: 'shared', replayHeaders: ['X-Payment-Id'] });
     const first = await layer.begin(request());
     if (first.type !== 'execute') throw new Error(first.type);
     await first.claim.finish({
@@ -57,7 +57,7 @@ describe('HTTP policy (src/http.ts)', () => {
   });
 
   it('H10: storeResponse(status) changes the policy (store 5xx like Stripe)', async () => {
-    const layer = createIdempotency({ store: memoryStore(), storeResponse: () => true });
+    const layer = createIdempotency({ store: memoryStore(), scope: 'shared', storeResponse: () => true });
     const first = await layer.begin(request());
     if (first.type !== 'execute') throw new Error(first.type);
     await first.claim.finish({ status: 500, headers: {}, body: new Uint8Array(Buffer.from('boom')) });
@@ -66,7 +66,7 @@ describe('HTTP policy (src/http.ts)', () => {
   });
 
   it('H12: a body over maxResponseBytes completes without a body: the retry gets 409 response-not-replayable', async () => {
-    const layer = createIdempotency({ store: memoryStore(), maxResponseBytes: 4 });
+    const layer = createIdempotency({ store: memoryStore(), scope: 'shared', maxResponseBytes: 4 });
     const first = await layer.begin(request());
     if (first.type !== 'execute') throw new Error(first.type);
     await first.claim.finish({ status: 200, headers: {}, body: new Uint8Array(5) });
@@ -76,12 +76,12 @@ describe('HTTP policy (src/http.ts)', () => {
   });
 
   it('H1/H2: uncovered methods and keyless requests with required:false pass; required keys are enforced', async () => {
-    const layer = createIdempotency({ store: memoryStore() });
+    const layer = createIdempotency({ store: memoryStore(), scope: 'shared' });
     expect(await layer.begin(request({ method: 'GET' }))).toEqual({ type: 'pass' });
     expect(await layer.begin(request({ method: 'PUT' }))).toEqual({ type: 'pass' });
     const missing = await layer.begin(request({ keyHeaderLines: undefined }));
     expect(missing.type === 'respond' && missing.response.status).toBe(400);
-    const optional = createIdempotency({ store: memoryStore(), required: false, methods: ['put'] });
+    const optional = createIdempotency({ store: memoryStore(), scope: 'shared', required: false, methods: ['put'] });
     expect(await optional.begin(request({ method: 'PUT', keyHeaderLines: undefined }))).toEqual({ type: 'pass' });
   });
 
@@ -105,12 +105,12 @@ describe('HTTP policy (src/http.ts)', () => {
 
   it('options: bad values throw precise TypeErrors at creation', () => {
     const store = memoryStore();
-    expect(() => createIdempotency({ store, replayHeaders: ['Set-Cookie'] })).toThrow(/cannot include "Set-Cookie"/);
-    expect(() => createIdempotency({ store, methods: 'POST' as never })).toThrow('Expected `methods` to be an array of non-empty strings');
-    expect(() => createIdempotency({ store, maxKeyLength: 0 })).toThrow('Expected `maxKeyLength` to be a positive integer, got 0');
-    expect(() => createIdempotency({ store, header: 'Bad Header' })).toThrow(/HTTP header name/);
-    expect(() => createIdempotency({ store, required: 'yes' as never })).toThrow('Expected `required` to be a boolean');
+    expect(() => createIdempotency({ store, scope: 'shared', replayHeaders: ['Set-Cookie'] })).toThrow(/cannot include "Set-Cookie"/);
+    expect(() => createIdempotency({ store, scope: 'shared', methods: 'POST' as never })).toThrow('Expected `methods` to be an array of non-empty strings');
+    expect(() => createIdempotency({ store, scope: 'shared', maxKeyLength: 0 })).toThrow('Expected `maxKeyLength` to be a positive integer, got 0');
+    expect(() => createIdempotency({ store, scope: 'shared', header: 'Bad Header' })).toThrow(/HTTP header name/);
+    expect(() => createIdempotency({ store, scope: 'shared', required: 'yes' as never })).toThrow('Expected `required` to be a boolean');
     expect(() => createIdempotency({ store, scope: 'tenant' as never })).toThrow('Expected `scope` to be a function');
-    expect(() => createIdempotency({ store, maxBodyBytes: -5 })).toThrow('Expected `maxBodyBytes` to be a non-negative integer, got -5');
+    expect(() => createIdempotency({ store, scope: 'shared', maxBodyBytes: -5 })).toThrow('Expected `maxBodyBytes` to be a non-negative integer, got -5');
   });
 });

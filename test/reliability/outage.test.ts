@@ -6,11 +6,16 @@
  * and an event says what failed. No request waits longer than `storeTimeoutMs` (S6), and
  * the same server process recovers by itself once the store answers again.
  *
- * Every disturbance is short (Redis pauses end by themselves after 1.2 s and only pause
- * writes; only this test's own PostgreSQL backends are terminated, found by their
- * application_name) so that other suites sharing these servers are not affected.
+ * Nothing here disturbs the other suites running at the same time: the Redis outages
+ * happen on a Redis server of this file's own (pausing the shared one made other suites'
+ * requests time out under load), and only this test's own PostgreSQL backends are
+ * terminated, found by their application_name.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createClient } from '@redis/client';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -73,14 +78,57 @@ async function expectRecovered(server: ServerProcess, prefix: string): Promise<v
   expect(server.alive()).toBe(true);
 }
 
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer();
+    probe.once('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as net.AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+/** A Redis server of this file's own, on a free port, gone when the suite ends. */
+async function privateRedis(): Promise<{ url: string; stop: () => Promise<void> }> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'idem-outage-redis-'));
+  const child: ChildProcess = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], {
+    stdio: 'ignore',
+  });
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const deadline = performance.now() + 10_000;
+  for (;;) {
+    const open = await new Promise<boolean>((resolve) => {
+      const socket = net.connect(port, '127.0.0.1');
+      socket.once('connect', () => (socket.destroy(), resolve(true)));
+      socket.once('error', () => resolve(false));
+    });
+    if (open) break;
+    if (child.exitCode !== null || performance.now() > deadline) throw new Error(`redis-server did not start on port ${port}`);
+    await sleep(50);
+  }
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    stop: async () => {
+      child.kill('SIGKILL');
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
 const redisAvailable = await storeReachable('redis');
 describe.skipIf(!redisAvailable)('Redis outages', () => {
   const target = storeTarget('redis');
   const log = execLog();
   let server: ServerProcess;
   let admin: ReturnType<typeof createClient>;
+  let redis: Awaited<ReturnType<typeof privateRedis>>;
 
   beforeAll(async () => {
+    redis = await privateRedis();
+    target.url = redis.url;
     admin = createClient({ url: target.url });
     admin.on('error', () => undefined);
     await admin.connect();
@@ -99,7 +147,7 @@ describe.skipIf(!redisAvailable)('Redis outages', () => {
     // Nothing stays paused: a pause ends by itself, and this ends one early if a test failed.
     await admin?.sendCommand(['CLIENT', 'UNPAUSE']).catch(() => undefined);
     await admin?.close().catch(() => undefined);
-    await target.dispose().catch(() => {});
+    await redis?.stop();
     log.dispose();
   });
 
@@ -152,7 +200,7 @@ describe.skipIf(!redisAvailable)('Redis outages', () => {
 
   it("H16/S6: the server's Redis connections killed (CLIENT KILL), before and during a request -> 503 or success, never 500; recovers by itself", async () => {
     const kill = async () => {
-      const ports = connectionsOf(server.pid, 6379);
+      const ports = connectionsOf(server.pid, Number(new URL(target.url).port));
       expect(ports.length).toBeGreaterThan(0);
       for (const port of ports) await admin.sendCommand(['CLIENT', 'KILL', 'ADDR', `127.0.0.1:${port}`]).catch(() => undefined);
     };

@@ -1,0 +1,373 @@
+/**
+ * Request and response I/O shared by the adapters built on Node's `http` (node, express,
+ * fastify, koa): reading a bounded body, making it readable again, recording a response,
+ * and answering early without resetting a client that is still sending. Internal: not a
+ * public entry point.
+ * @module
+ */
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { Readable, Transform } from 'node:stream';
+import { BodyTooLargeError } from '../../src/errors.js';
+import type { CapturedResponse, HttpClaim, HttpRequestInfo } from '../../src/http.js';
+import type { HttpResponse } from '../../src/problem.js';
+
+/**
+ * After an early answer (a 413, or a 400 sent before the body was read), the rest of the
+ * request body is still read and thrown away, up to this many bytes, before the connection
+ * closes. Closing a socket with unread data makes the kernel send a reset, and a client
+ * that is still writing its body (most HTTP clients do not read until they have sent it
+ * all) then sees `EPIPE` or `ECONNRESET` instead of the answer. Past this bound, or
+ * {@link DRAIN_MAX_MS}, the connection is closed anyway. Documented in docs/semantics.md#body-limits.
+ */
+export const DRAIN_MAX_BYTES = 16 * 1024 * 1024;
+/** The time bound of the drain described at {@link DRAIN_MAX_BYTES}. */
+export const DRAIN_MAX_MS = 10_000;
+
+/**
+ * Hold back the end of `res` until the rest of `req`'s body has been read and discarded
+ * (bounded by {@link DRAIN_MAX_BYTES} and {@link DRAIN_MAX_MS}). Whatever `end` would send
+ * is written at once, so the client gets the whole answer while it is still sending; only
+ * the close waits. Does nothing when the request body was read to its end already.
+ */
+export function endAfterDrain(req: IncomingMessage, res: ServerResponse): void {
+  if (req.complete || req.readableEnded || req.destroyed) return;
+  const originalEnd = res.end;
+  let drained = false;
+  let endArgs: unknown[] | undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let bytes = 0;
+  const finish = (cut?: boolean) => {
+    if (drained) return;
+    drained = true;
+    if (timer) clearTimeout(timer);
+    req.off('data', onData);
+    req.off('end', onEnd);
+    req.off('close', onEnd);
+    req.off('error', onEnd);
+    res.end = originalEnd;
+    // Cut off past the bound: the connection cannot carry another request.
+    if (cut) res.once('finish', () => req.socket?.destroy());
+    if (endArgs) (originalEnd as (...a: unknown[]) => ServerResponse).apply(res, endArgs);
+  };
+  const onEnd = () => finish();
+  const onData = (chunk: Buffer) => {
+    bytes += chunk.length;
+    if (bytes > DRAIN_MAX_BYTES) finish(true);
+  };
+  res.end = function end(this: ServerResponse, ...args: unknown[]) {
+    if (drained || endArgs) return (originalEnd as (...a: unknown[]) => ServerResponse).apply(this, args);
+    const callback = args.find((a) => typeof a === 'function');
+    const chunk = typeof args[0] === 'function' ? undefined : args[0];
+    const encoding = typeof args[1] === 'string' ? (args[1] as BufferEncoding) : undefined;
+    if (chunk !== undefined && chunk !== null) {
+      const bytes = typeof chunk === 'string' ? Buffer.from(chunk, encoding) : (chunk as Uint8Array);
+      // `end(body)` would have set the length; with a plain write Node would chunk instead.
+      if (!this.headersSent && !this.hasHeader('content-length') && !this.hasHeader('transfer-encoding')) {
+        this.setHeader('content-length', bytes.byteLength);
+      }
+      this.write(bytes);
+    } else this.flushHeaders();
+    endArgs = callback ? [callback] : [];
+    return this;
+  } as ServerResponse['end'];
+  timer = setTimeout(() => finish(true), DRAIN_MAX_MS);
+  timer.unref();
+  req.on('data', onData);
+  req.once('end', onEnd);
+  req.once('close', onEnd);
+  req.once('error', onEnd);
+  // Whoever read part of the body may have paused it or left it piped into a parser.
+  req.unpipe();
+  req.resume();
+}
+
+/** Read the whole body, up to `limit` bytes; beyond it, BodyTooLargeError (413). */
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length']);
+    if (Number.isFinite(declared) && declared > limit) {
+      // Not read: the answer (413) drains it, see endAfterDrain.
+      reject(new BodyTooLargeError(limit));
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const cleanup = () => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onError);
+      req.off('aborted', onAborted);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        cleanup();
+        req.pause();
+        reject(new BodyTooLargeError(limit));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => {
+      cleanup();
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    const onError = (error: Error) => {
+      cleanup();
+      reject(error);
+    };
+    const onAborted = () => onError(Object.assign(new Error('request aborted while reading the body'), { code: 'ECONNABORTED' }));
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('aborted', onAborted);
+  });
+}
+
+/**
+ * Make an already consumed request readable again with the same bytes, so the handler
+ * (or a body parser after us) reads the body as usual: `for await`, `on('data')`, `pipe`.
+ */
+export function restoreBody(req: IncomingMessage, body: Buffer): void {
+  // IncomingMessage is a Readable; re-running the Readable constructor gives it a fresh
+  // readable state (listeners are kept), and an own _read stops it reading the socket.
+  (Readable as unknown as { call(self: unknown, options: unknown): void }).call(req, {
+    highWaterMark: req.readableHighWaterMark,
+  });
+  (req as unknown as { _read: () => void })._read = () => {};
+  if (body.length > 0) req.push(body);
+  req.push(null);
+}
+
+/** Parse a read body the way users expect on `req.body`: JSON, form, text or bytes. */
+export function parseBody(body: Buffer, contentType: string | undefined): unknown {
+  if (body.length === 0) return undefined;
+  const type = contentType?.split(';', 1)[0]!.trim().toLowerCase() ?? '';
+  if (type === 'application/json' || type.endsWith('+json')) {
+    try {
+      return JSON.parse(body.toString('utf8'));
+    } catch {
+      return body; // not valid JSON: the handler decides what to answer
+    }
+  }
+  if (type === 'application/x-www-form-urlencoded') return Object.fromEntries(new URLSearchParams(body.toString('utf8')));
+  if (type.startsWith('text/')) return body.toString('utf8');
+  return body;
+}
+
+/** The client went away while its body was read: nothing for the server to log. */
+export function isClientAbort(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === 'ECONNABORTED';
+}
+
+/**
+ * Write a complete response (a replay or a problem). When it answers a request whose body
+ * was not read to the end (a 413, a 400 before reading), the rest is drained first so that
+ * a client still sending receives it (see endAfterDrain).
+ */
+export function sendResponse(res: ServerResponse, response: HttpResponse): void {
+  endAfterDrain(res.req, res);
+  res.statusCode = response.status;
+  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
+  res.setHeader('content-length', response.body.byteLength);
+  res.end(response.body);
+}
+
+function headersFromArgs(args: unknown[]): OutgoingHttpHeaders | undefined {
+  const last = args.find((a) => typeof a === 'object' && a !== null);
+  if (last === undefined) return undefined;
+  if (!Array.isArray(last)) return last as OutgoingHttpHeaders;
+  const out: OutgoingHttpHeaders = {};
+  // writeHead also takes [name, value] pairs or a flat [name, value, name, value] list.
+  if (Array.isArray(last[0])) for (const [k, v] of last as [string, string][]) out[k.toLowerCase()] = v;
+  else for (let i = 0; i + 1 < last.length; i += 2) out[String(last[i]).toLowerCase()] = last[i + 1] as string;
+  return out;
+}
+
+function toBytes(chunk: unknown, encoding: unknown): Buffer | undefined {
+  if (chunk === undefined || chunk === null || typeof chunk === 'function') return undefined;
+  if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
+  if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  return undefined;
+}
+
+/**
+ * The bytes of a response body as they go out, up to `limit`; past it, nothing is kept and
+ * `bytes()` is `null` (completed without a replayable body). One place for the counting
+ * that every way of writing a response shares.
+ */
+export class BodyRecorder {
+  readonly #chunks: Buffer[] = [];
+  #size = 0;
+  #overflow = false;
+  constructor(private readonly limit: number) {}
+
+  /** Keep a chunk; `copy` when the caller may reuse its buffer after writing it. */
+  add(chunk: Buffer, copy = false): void {
+    if (this.#overflow) return;
+    this.#size += chunk.length;
+    if (this.#size > this.limit) {
+      this.#overflow = true;
+      this.#chunks.length = 0;
+      return;
+    }
+    this.#chunks.push(copy ? Buffer.from(chunk) : chunk);
+  }
+
+  bytes(): Buffer | null {
+    return this.#overflow ? null : Buffer.concat(this.#chunks, this.#size);
+  }
+}
+
+/**
+ * Capture what the handler writes, however it writes it (writeHead, setHeader, write,
+ * end, pipe), and hold back the final `end` until the response is stored, so that a
+ * client which has seen the response always gets the replay on retry.
+ */
+export interface ResponseCapture {
+  /** Resolves once the response is stored (or released) and the final end went out. */
+  done: Promise<void>;
+  /** Whether the handler has called `end`: from then on the outcome is the response. */
+  readonly ended: boolean;
+  /** Stop capturing (the handler failed before ending): the response methods are restored. */
+  detach(): void;
+}
+
+export function captureResponse(res: ServerResponse, claim: HttpClaim): ResponseCapture {
+  const recorder = new BodyRecorder(claim.maxResponseBytes);
+  let headHeaders: OutgoingHttpHeaders = {};
+  let finished = false;
+  let resolveDone!: () => void;
+  const done = new Promise<void>((resolve) => (resolveDone = resolve));
+
+  const keep = (chunk: unknown, encoding: unknown) => {
+    const bytes = toBytes(chunk, encoding);
+    if (bytes) recorder.add(bytes, true); // copy: the caller may reuse its buffer
+  };
+
+  const originalWriteHead = res.writeHead;
+  const originalWrite = res.write;
+  const originalEnd = res.end;
+  const detach = () => {
+    res.writeHead = originalWriteHead;
+    res.write = originalWrite;
+    res.end = originalEnd;
+  };
+
+  res.writeHead = function writeHead(this: ServerResponse, ...args: unknown[]) {
+    const headers = headersFromArgs(args.slice(1));
+    if (headers) {
+      headHeaders = { ...headHeaders };
+      for (const [k, v] of Object.entries(headers)) headHeaders[k.toLowerCase()] = v;
+    }
+    return (originalWriteHead as (...a: unknown[]) => ServerResponse).apply(this, args);
+  } as ServerResponse['writeHead'];
+
+  res.write = function write(this: ServerResponse, chunk: unknown, ...rest: unknown[]) {
+    keep(chunk, rest[0]);
+    return (originalWrite as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
+  } as ServerResponse['write'];
+
+  res.end = function end(this: ServerResponse, ...args: unknown[]) {
+    if (finished) return (originalEnd as (...a: unknown[]) => ServerResponse).apply(this, args);
+    finished = true;
+    const chunk = typeof args[0] === 'function' ? undefined : args[0];
+    keep(chunk, typeof args[1] === 'string' ? args[1] : undefined);
+    const captured: CapturedResponse = {
+      status: res.statusCode,
+      headers: { ...(res.getHeaders() as CapturedResponse['headers']), ...(headHeaders as CapturedResponse['headers']) },
+      body: recorder.bytes(),
+    };
+    detach();
+    claim
+      .finish(captured)
+      .finally(() => {
+        (originalEnd as (...a: unknown[]) => ServerResponse).apply(res, args);
+        resolveDone();
+      });
+    return res;
+  } as ServerResponse['end'];
+
+  return {
+    done,
+    get ended() {
+      return finished;
+    },
+    detach,
+  };
+}
+
+/**
+ * Whether something before us (a body parser) has already read the request body. Then the
+ * body is taken from the parser's result, and its declared length is checked instead.
+ */
+export function bodyConsumed(req: IncomingMessage): boolean {
+  return req.readableEnded;
+}
+
+/** A body read by someone else was not counted: refuse it by its declared length (413). */
+export function assertDeclaredLength(req: IncomingMessage, limit: number): void {
+  const declared = Number(req.headers['content-length']);
+  if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
+}
+
+type WebStream = Parameters<typeof Readable.fromWeb>[0];
+
+/**
+ * A response body that is a stream, as a Node stream: a Node Readable (or anything with
+ * `pipe`), a web ReadableStream, a Blob, or a fetch Response (Koa 3 and Fastify accept all
+ * of them). `undefined` for bodies that are not streams.
+ */
+export function toNodeStream(body: unknown): Readable | undefined {
+  if (typeof body !== 'object' || body === null) return undefined;
+  if (body instanceof Readable || typeof (body as Readable).pipe === 'function') return body as Readable;
+  if (typeof ReadableStream !== 'undefined' && body instanceof ReadableStream) return Readable.fromWeb(body as WebStream);
+  if (typeof Blob !== 'undefined' && body instanceof Blob) return Readable.fromWeb(body.stream() as WebStream);
+  if (typeof Response !== 'undefined' && body instanceof Response) {
+    return body.body ? Readable.fromWeb(body.body as WebStream) : Readable.from([]);
+  }
+  return undefined;
+}
+
+/**
+ * Capture a response body stream (Koa's `ctx.body`, Fastify's payload) on its way out. The
+ * returned stream passes every chunk on and ends only once the response is stored, as
+ * captureResponse holds back `end`. Over `maxResponseBytes` the record completes without a
+ * body (H12). A failing source releases the claim, like a thrown error (H10); a consumer
+ * that goes away first (the client disconnected) completes it without a body (H12): the
+ * handler did run, so a retry must not run it again.
+ */
+export function captureStream(source: Readable, claim: HttpClaim, head: Omit<CapturedResponse, 'body'>): Readable {
+  const recorder = new BodyRecorder(claim.maxResponseBytes);
+  let settled = false;
+  const settle = (outcome: () => Promise<void>): Promise<void> => {
+    if (settled) return Promise.resolve();
+    settled = true;
+    return outcome();
+  };
+  const tee = new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      recorder.add(chunk);
+      callback(null, chunk);
+    },
+    flush(callback) {
+      void settle(() => claim.finish({ ...head, body: recorder.bytes() })).then(() => callback());
+    },
+  });
+  source.once('error', (error) => {
+    void settle(() => claim.fail(error));
+    tee.destroy(error);
+  });
+  tee.once('close', () => {
+    void settle(() => claim.finish({ ...head, body: null }));
+    if (!source.destroyed) source.destroy();
+  });
+  source.pipe(tee);
+  return tee;
+}
+
+/** The key header's lines, one entry per line, so repeated lines are spotted (H4). */
+export function keyHeaderLines(req: IncomingMessage, headerName: string): string[] | string | undefined {
+  return req.headersDistinct?.[headerName] ?? req.headers[headerName];
+}
+
