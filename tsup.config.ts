@@ -11,6 +11,9 @@ export default defineConfig({
     'drivers/redis': 'drivers/redis.ts',
     'drivers/postgres': 'drivers/postgres.ts',
     'drivers/sqlite': 'drivers/sqlite.ts',
+    'client/index': 'client/index.ts',
+    'client/got': 'client/got.ts',
+    'client/ky': 'client/ky.ts',
     // The `idempotency-kit` command (package.json `bin`); its #! line is kept and the file made executable.
     cli: 'cli/index.ts',
   },

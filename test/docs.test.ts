@@ -1,7 +1,7 @@
 /**
  * What the README promises a newcomer: the two set-up commands, and every code snippet is
  * a complete program that runs as pasted (saved as .mjs, run with node). A snippet that
- * listens is started and sent a keyed request twice; the others must exit 0.
+ * listens on PORT is started and sent a keyed request twice; the others must exit 0.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -42,6 +42,8 @@ function runnable(code: string): string {
   return code
     .replace(/from 'idempotency-kit'/g, `from ${JSON.stringify(join(root, 'src', 'index.ts'))}`)
     .replace(/from 'idempotency-kit\/drivers\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'drivers', `${name}.ts`))}`)
+    .replace(/from 'idempotency-kit\/client'/g, `from ${JSON.stringify(join(root, 'client', 'index.ts'))}`)
+    .replace(/from 'idempotency-kit\/client\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'client', `${name}.ts`))}`)
     .replace(/from 'idempotency-kit\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'adapters', `${name}.ts`))}`);
 }
 
@@ -109,7 +111,7 @@ describe.each(RUNNABLE_PAGES)('%s: every js snippet runs as pasted', (page) => {
       child.stderr.on('data', (chunk) => (output += chunk));
       const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
       try {
-        if (/\.listen\(/.test(code)) {
+        if (/\.listen\(process\.env\.PORT/.test(code)) {
           await untilListening(port, () => (child.exitCode === null ? undefined : output));
           const url = `http://127.0.0.1:${port}`;
           const request = { path: '/orders', key: `readme-${randomUUID()}`, body: { sku: 'A1' } };

@@ -21,6 +21,9 @@ const expected: Record<string, string[]> = {
   './drivers/redis': ['redisStore'],
   './drivers/postgres': ['postgresStore'],
   './drivers/sqlite': ['sqliteStore'],
+  './client': ['createIdempotentFetch', 'IdempotentRequestError', 'isIdempotentRequestError'],
+  './client/got': ['idempotentGot'],
+  './client/ky': ['idempotentKy'],
 };
 
 const node = (args: string[]) => execFileSync(process.execPath, args, { encoding: 'utf8', cwd: process.cwd() }).trim();
@@ -88,10 +91,13 @@ describe('package exports', () => {
       ) as string[];
     const clients = { redis: '/node_modules/@redis/', postgres: '/node_modules/pg/', sqlite: '/node_modules/sqlite3/' };
     const uses = (files: string[], client: string) => files.some((f) => f.includes(client));
-    for (const sub of ['.', './node', './express', './fastify', './koa', './drivers/memory']) {
+    for (const sub of ['.', './node', './express', './fastify', './koa', './drivers/memory', './client', './client/got', './client/ky']) {
       const files = loaded(sub);
       for (const client of Object.values(clients)) expect(uses(files, client), `${sub} loads ${client}`).toBe(false);
     }
+    // The client entries import got and ky as types only: the user's own copy is passed in.
+    expect(uses(loaded('./client/got'), '/node_modules/got/')).toBe(false);
+    expect(uses(loaded('./client/ky'), '/node_modules/ky/')).toBe(false);
     // The check can fail: a driver does load its own client.
     expect(uses(loaded('./drivers/redis'), clients.redis)).toBe(true);
     expect(uses(loaded('./drivers/redis'), clients.postgres)).toBe(false);

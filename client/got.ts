@@ -1,0 +1,161 @@
+/**
+ * The client policy for got: hooks that send one Idempotency-Key per call and got's own retry
+ * loop steered by the same decisions as `createIdempotentFetch`.
+ * @module
+ * @example
+ * import got from 'got';
+ * import { idempotentGot } from 'idempotency-kit/client/got';
+ *
+ * const client = idempotentGot(got, { maxAttempts: 5 });
+ * const order = await client.post('https://api.example.com/orders', { json: { sku: 'A1' } }).json();
+ */
+import type { Got, Method, RequestError, Response } from 'got';
+import {
+  IdempotentRequestError,
+  assertExtendable,
+  decide,
+  isCovered,
+  keyFor,
+  reasonForStatus,
+  resolvePolicy,
+  type AttemptReason,
+  type Decision,
+  type RetryPolicy,
+  type RetryPolicyOptions,
+  type StopCode,
+} from './policy.js';
+
+export type { RetryPolicyOptions as IdempotentGotOptions } from './policy.js';
+
+/** What one call keeps across its attempts (in got's per-request `context`, which retries copy). */
+interface CallState {
+  key: string;
+  started: number;
+  /** Set when the policy gave up, so beforeError can say why. */
+  stopped?: { code: StopCode; attempts: number; reason: AttemptReason; status?: number };
+}
+
+const state = Symbol('idempotency-kit.got');
+
+/** Error codes of a connection that failed or was cut: the request may or may not have arrived. */
+const networkCodes = new Set([
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'ECONNABORTED',
+  'EPIPE',
+  'ENOTFOUND',
+  'ENETUNREACH',
+  'EHOSTUNREACH',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+]);
+
+function isOneShot(body: unknown): boolean {
+  if (typeof body !== 'object' || body === null) return false;
+  return typeof (body as { pipe?: unknown }).pipe === 'function' || Symbol.asyncIterator in body;
+}
+
+function reasonFor(policy: RetryPolicy, error: RequestError): AttemptReason {
+  if (error.name === 'HTTPError' && error.response) {
+    return reasonForStatus(policy, error.response.statusCode, error.response.headers['retry-after']);
+  }
+  if (error.name === 'TimeoutError') return 'timeout';
+  // Parse, redirect, cache and cancel errors are final; so is anything without a network code.
+  if ((error.name === 'RequestError' || error.name === 'ReadError') && error.code && networkCodes.has(error.code)) return 'network-error';
+  return 'response';
+}
+
+/**
+ * Extend a got instance so that covered requests (POST and PATCH by default) carry one
+ * Idempotency-Key per call, kept on every retry, and are retried as `createIdempotentFetch`
+ * retries them. Answers that are not retried throw got's own errors (HTTPError for a 422);
+ * when the policy gives up, the call rejects with {@link IdempotentRequestError} (its `cause`
+ * is got's error). Other methods keep got's usual retry behaviour.
+ */
+export function idempotentGot<T extends Got>(got: T, options: RetryPolicyOptions = {}): T {
+  assertExtendable('got', got);
+  const policy = resolvePolicy(options);
+  // Other methods keep the instance's own retry settings.
+  const baseLimit = got.defaults.options.retry.limit ?? 0;
+  const baseMethods: string[] = got.defaults.options.retry.methods ?? [];
+  const callOf = (context: Record<PropertyKey, unknown>) => context[state] as CallState | undefined;
+
+  const report = (call: CallState, event: { attempt: number; method: string; url: string; reason: AttemptReason; status?: number; error?: unknown; decision: Decision }) =>
+    policy.onAttempt?.({ ...event, key: call.key, elapsedMs: policy.now() - call.started });
+
+  return got.extend({
+    // One attempt's limit; got's TimeoutError is then retried like a network error.
+    timeout: { request: policy.timeoutMs },
+    retry: {
+      // The policy decides for covered methods; got's limit and methods only have to let it.
+      limit: Math.max(baseLimit, policy.maxAttempts - 1),
+      methods: [...new Set([...baseMethods, ...policy.methods])] as Method[],
+      calculateDelay: ({ attemptCount, error, computedValue }) => {
+        const call = callOf(error.options.context);
+        if (!call || !isCovered(policy, error.options.method)) {
+          return attemptCount > baseLimit || !baseMethods.includes(error.options.method) ? 0 : computedValue;
+        }
+        const reason = reasonFor(policy, error);
+        const status = error.name === 'HTTPError' ? error.response?.statusCode : undefined;
+        const decision = decide(
+          policy,
+          { reason, status, retryAfter: error.response?.headers['retry-after'] },
+          { attempt: attemptCount, elapsedMs: policy.now() - call.started, replayable: !isOneShot(error.options.body) },
+        );
+        report(call, {
+          attempt: attemptCount,
+          method: error.options.method,
+          url: String(error.options.url),
+          reason,
+          ...(status === undefined ? { error } : { status }),
+          decision,
+        });
+        if (decision.retry) return Math.max(1, decision.delayMs); // 0 means "do not retry" to got
+        if (decision.stop) call.stopped = { code: decision.stop, attempts: attemptCount, reason, status };
+        return 0;
+      },
+    },
+    hooks: {
+      beforeRequest: [
+        (options) => {
+          if (!isCovered(policy, options.method)) return;
+          const context = options.context as Record<PropertyKey, unknown>;
+          let call = callOf(context);
+          if (!call) {
+            const header = policy.header.toLowerCase();
+            const existing = options.headers[header];
+            const key = keyFor(policy, { method: options.method, url: String(options.url) }, typeof existing === 'string' ? existing : undefined);
+            options.headers[header] = key;
+            call = { key, started: policy.now() };
+            context[state] = call;
+          }
+        },
+      ],
+      afterResponse: [
+        (response: Response) => {
+          const { options } = response.request;
+          const call = callOf(options.context);
+          // Other answers reach calculateDelay as errors and are reported there.
+          if (call && response.statusCode >= 200 && response.statusCode <= 299) {
+            report(call, {
+              attempt: response.retryCount + 1,
+              method: options.method,
+              url: String(options.url),
+              reason: 'response',
+              status: response.statusCode,
+              decision: { retry: false },
+            });
+          }
+          return response;
+        },
+      ],
+      beforeError: [
+        (error) => {
+          const call = error.options ? callOf(error.options.context) : undefined;
+          if (!call?.stopped) return error;
+          return new IdempotentRequestError({ ...call.stopped, key: call.key, cause: error });
+        },
+      ],
+    },
+  }) as T;
+}
