@@ -33,6 +33,8 @@ describe('per-operation ttl over Express and SQLite', () => {
     app.use(
       idempotency({
         store,
+        // One key space: the test has no authenticated users.
+        scope: 'shared',
         onEvent: (event) => events.push(event),
         // Payments 7 days; searches very short here so that expiry can be watched; a
         // route that answers with a bad value falls back to 24 h.

@@ -176,7 +176,7 @@ describe('telemetry: metrics and spans through the OpenTelemetry SDK', () => {
       claim: (...args) =>
         mode === 'fail' ? Promise.reject(new Error('connection reset')) : mode === 'hang' ? new Promise(() => undefined) : base.claim(...args),
     };
-    const layer = createIdempotency({ store, storeTimeoutMs: 50, telemetry: otel.telemetry });
+    const layer = createIdempotency({ scope: 'shared', store, storeTimeoutMs: 50, telemetry: otel.telemetry });
     const request = {
       method: 'POST',
       url: '/pay',
@@ -265,12 +265,12 @@ describe('telemetry: metrics and spans through the OpenTelemetry SDK', () => {
 
   it('bad telemetry options are precise TypeErrors', () => {
     const store = memoryStore();
-    expect(() => createIdempotency({ store, telemetry: 'on' as never })).toThrow('Expected `telemetry` to be an object or false, got on');
-    expect(() => createIdempotency({ store, telemetry: { recordScope: 'yes' as never } })).toThrow(
+    expect(() => createIdempotency({ scope: 'shared', store, telemetry: 'on' as never })).toThrow('Expected `telemetry` to be an object or false, got on');
+    expect(() => createIdempotency({ scope: 'shared', store, telemetry: { recordScope: 'yes' as never } })).toThrow(
       'Expected `telemetry.recordScope` to be a boolean, got yes',
     );
-    expect(() => createIdempotency({ store, telemetry: { api: {} as never } })).toThrow(/telemetry.api/);
-    expect(() => createIdempotency({ store, telemetry: { meterProvider: {} as never } })).toThrow(/getMeter/);
+    expect(() => createIdempotency({ scope: 'shared', store, telemetry: { api: {} as never } })).toThrow(/telemetry.api/);
+    expect(() => createIdempotency({ scope: 'shared', store, telemetry: { meterProvider: {} as never } })).toThrow(/getMeter/);
   });
 
   it('a throwing exporter or meter does not change what the caller gets', async () => {

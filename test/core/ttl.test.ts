@@ -43,6 +43,7 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
     const store = memoryStore({ now: time.now, sweepIntervalMs: 0 });
     const seen: [string, number][] = [];
     const layer = createIdempotency<FakeReq>({
+      scope: 'shared',
       store,
       now: time.now,
       ttl: (req, response) => {
@@ -70,7 +71,7 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
   it('the function sees the whole captured response (all headers, the body), not just what is replayed', async () => {
     const time = clock();
     const store = memoryStore({ now: time.now, sweepIntervalMs: 0 });
-    const layer = createIdempotency<FakeReq>({ store, now: time.now, ttl: (_req, response) => Number(response.headers['x-kept-for']) + response.body!.byteLength });
+    const layer = createIdempotency<FakeReq>({ scope: 'shared', store, now: time.now, ttl: (_req, response) => Number(response.headers['x-kept-for']) + response.body!.byteLength });
     await complete(layer, '/x', 'k');
     const record = await store.get(storageKey(undefined, 'k'));
     expect(record?.state === 'completed' && record.expiresAt).toBe(time.now() + 60_002);
@@ -92,6 +93,7 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
       const store = memoryStore({ now: time.now, sweepIntervalMs: 0 });
       const events: IdempotencyEvent[] = [];
       const layer = createIdempotency<FakeReq>({
+        scope: 'shared',
         store,
         now: time.now,
         onEvent: (event) => events.push(event),
@@ -115,21 +117,22 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
   it('the fallback is the default 24 h, and a numeric ttl still works as before', async () => {
     const time = clock();
     const store = memoryStore({ now: time.now, sweepIntervalMs: 0 });
-    await complete(createIdempotency<FakeReq>({ store, now: time.now, ttl: 5000 }), '/x', 'numeric');
+    await complete(createIdempotency<FakeReq>({ scope: 'shared', store, now: time.now, ttl: 5000 }), '/x', 'numeric');
     const record = await store.get(storageKey(undefined, 'numeric'));
     expect(record?.state === 'completed' && record.expiresAt).toBe(time.now() + 5000);
   });
 
   it('a ttl that is neither a number nor a function is a precise TypeError', () => {
-    expect(() => createIdempotency({ store: memoryStore(), ttl: '1h' as never })).toThrow(
+    expect(() => createIdempotency({ scope: 'shared', store: memoryStore(), ttl: '1h' as never })).toThrow(
       'Expected `ttl` to be a positive integer (ms) or a function returning one, got 1h',
     );
-    expect(() => createIdempotency({ store: memoryStore(), ttl: -1 })).toThrow('Expected `ttl` to be a positive integer, got -1');
+    expect(() => createIdempotency({ scope: 'shared', store: memoryStore(), ttl: -1 })).toThrow('Expected `ttl` to be a positive integer, got -1');
   });
 
   it('released responses (5xx, not stored) never call the ttl function', async () => {
     let called = 0;
     const layer = createIdempotency<FakeReq>({
+      scope: 'shared',
       store: memoryStore(),
       ttl: () => {
         called++;
