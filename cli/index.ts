@@ -216,10 +216,17 @@ function printStats(output: Output, stats: StoreStats): void {
 }
 
 async function command(argv: string[], output: Output): Promise<number> {
+  // Every answer follows --json, even an error in the arguments themselves.
+  output.json = argv.includes('--json');
   const { values, positionals } = parse(argv);
-  if (values.help || positionals.length === 0) {
+  if (values.help) {
     output.out(USAGE + '\n');
-    return values.help ? EXIT.ok : EXIT.usage;
+    return EXIT.ok;
+  }
+  if (positionals.length === 0) {
+    if (values.json) throw new UsageError('no command: inspect, purge, stats or sweep');
+    output.err(USAGE + '\n');
+    return EXIT.usage;
   }
   const [name, ...extra] = positionals;
   if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`);
@@ -233,7 +240,6 @@ async function command(argv: string[], output: Output): Promise<number> {
   if (url === undefined || url === '') throw new UsageError('no store: pass --store URL or set IDEMPOTENCY_STORE');
 
   output.progress = values.progress || process.stderr.isTTY === true;
-  output.json = values.json;
   const store = openStore(url, values.namespace, timeoutMs);
   try {
     const key = values.key!;

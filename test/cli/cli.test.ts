@@ -207,6 +207,13 @@ describe('cli usage and failures', () => {
       expect(run.code, args.join(' ')).toBe(2);
       expect(run.stdout + run.stderr, args.join(' ')).toMatch(message);
     }
+    // With --json, even a missing command is one JSON document on stdout.
+    const bare = await cli(['--json']);
+    expect(bare.code).toBe(2);
+    expect(json(bare)).toMatchObject({ error: { code: 'usage', message: 'no command: inspect, purge, stats or sweep' } });
+    const unknown = await cli(['stats', '--json', '--wat']);
+    expect(unknown.code).toBe(2);
+    expect(json(unknown)).toMatchObject({ error: { code: 'usage', message: expect.stringMatching(/Unknown option '--wat'/) } });
   });
 
   it('exit 2 with a clear message for bad URLs, in-process stores and a missing SQLite file (never created)', async () => {
