@@ -7,6 +7,8 @@ export default defineConfig({
     'adapters/express': 'adapters/express.ts',
     'adapters/fastify': 'adapters/fastify.ts',
     'adapters/koa': 'adapters/koa.ts',
+    'adapters/fetch': 'adapters/fetch.ts',
+    'adapters/hono': 'adapters/hono.ts',
     'drivers/memory': 'drivers/memory.ts',
     'drivers/redis': 'drivers/redis.ts',
     'drivers/postgres': 'drivers/postgres.ts',
@@ -25,5 +27,7 @@ export default defineConfig({
   clean: true,
   target: 'node20',
   platform: 'node',
+  // Keep `node:crypto` as written: Deno resolves Node built-ins only with the prefix.
+  removeNodeProtocol: false,
   treeshake: true,
 });

@@ -1,5 +1,5 @@
 /**
- * The benchmark apps: one framework (node, express, fastify, koa) with one idempotency
+ * The benchmark apps: one framework (node, express, fastify, koa, hono) with one idempotency
  * layer (none, ours, or a peer), all serving `POST /orders` with the same handler
  * (./handler.ts) and `GET /__stats`. Each builder returns a listening server.
  * @module
@@ -10,7 +10,7 @@ import type { ErrorRequestHandler, RequestHandler } from 'express';
 import type { IdempotencyStore } from '../src/store.js';
 import { placeOrder, statsSnapshot } from './handler.js';
 
-export type Adapter = 'node' | 'express' | 'fastify' | 'koa';
+export type Adapter = 'node' | 'express' | 'fastify' | 'koa' | 'hono';
 export type Impl = 'bare' | 'ours' | 'express-idempotency' | 'node-idempotency';
 
 export interface AppOptions {
@@ -214,6 +214,26 @@ async function koaApp(o: AppOptions): Promise<RunningApp> {
   return { port, close: () => closeServer(server) };
 }
 
+/** Hono on @hono/node-server, as Hono apps are served on Node. */
+async function honoApp(o: AppOptions): Promise<RunningApp> {
+  const { Hono } = await import('hono');
+  const { createAdaptorServer } = await import('@hono/node-server');
+  const app = new Hono();
+  app.get('/__stats', (c) => c.body(stats(o, c.req.url), 200, JSON_TYPE));
+  if (o.impl === 'ours') {
+    const { idempotency } = await import('../adapters/hono.js');
+    app.use('/orders', idempotency({ store: o.store!, scope: 'shared' }));
+  } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
+  app.post('/orders', async (c) => {
+    const headers = { 'idempotency-key': c.req.header('idempotency-key'), 'x-delay-ms': c.req.header('x-delay-ms') };
+    const r = await placeOrder(headers, await c.req.json());
+    return c.body(r.body, r.status as 201, JSON_TYPE);
+  });
+  const server = createAdaptorServer({ fetch: app.fetch }) as Server;
+  const port = await listen(server);
+  return { port, close: () => closeServer(server) };
+}
+
 export function startApp(o: AppOptions): Promise<RunningApp> {
   switch (o.adapter) {
     case 'node':
@@ -224,5 +244,7 @@ export function startApp(o: AppOptions): Promise<RunningApp> {
       return fastifyApp(o);
     case 'koa':
       return koaApp(o);
+    case 'hono':
+      return honoApp(o);
   }
 }

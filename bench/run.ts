@@ -9,7 +9,7 @@
  *   --warmup=S           seconds of warm-up load before each measured run (default 1, quick 0.3)
  *   --connections=N      autocannon connections (default 32)
  *   --repeats=N          runs per contender in the Express peer comparison, median reported (default 3, quick 1)
- *   --adapters=a,b       subset of node,express,fastify,koa
+ *   --adapters=a,b       subset of node,express,fastify,koa,hono
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
  *   --no-matrix --no-peers --no-round-trips --no-fingerprint   skip a part
@@ -58,7 +58,7 @@ const durationS = Number(opt('duration') ?? (quick ? 1 : 5));
 const warmupS = Number(opt('warmup') ?? (quick ? 0.3 : 1));
 const connections = Number(opt('connections') ?? 32);
 const repeats = Number(opt('repeats') ?? (quick ? 1 : 3));
-const ALL_ADAPTERS = ['node', 'express', 'fastify', 'koa'] as const;
+const ALL_ADAPTERS = ['node', 'express', 'fastify', 'koa', 'hono'] as const;
 const ALL_STORES = ['memory', 'sqlite', 'redis', 'postgres'] as const;
 type AdapterName = (typeof ALL_ADAPTERS)[number];
 type StoreName = (typeof ALL_STORES)[number];

@@ -1,7 +1,7 @@
 /**
  * A benchmark server in its own process (the load generator runs in another):
  * `node --import tsx bench/server.ts` with
- *   ADAPTER   node | express | fastify | koa
+ *   ADAPTER   node | express | fastify | koa | hono
  *   IMPL      bare | ours | express-idempotency | node-idempotency
  *   STORE_URL our store (memory://, sqlite://…, redis://…, postgresql://…)
  *   PEER_STORE memory | redis (peers), REDIS_URL for the Redis one

@@ -8,6 +8,7 @@
  */
 import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
+import { REDIS_CLUSTER_FORM, REDIS_SENTINEL_FORM, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
 
 export interface CreateStoreOptions {
   /**
@@ -32,7 +33,18 @@ export interface CreateStoreOptions {
 export type StoreTarget = string | Map<string, unknown> | object;
 
 /** The URL schemes `createStore()` understands. */
-export const SUPPORTED_SCHEMES = ['memory://', 'sqlite://', 'redis://', 'rediss://', 'postgres://', 'postgresql://'] as const;
+export const SUPPORTED_SCHEMES = [
+  'memory://',
+  'sqlite://',
+  'redis://',
+  'rediss://',
+  'redis+cluster://',
+  'rediss+cluster://',
+  'redis+sentinel://',
+  'rediss+sentinel://',
+  'postgres://',
+  'postgresql://',
+] as const;
 
 const SUPPORTED_FORMS = [
   'memory://',
@@ -41,6 +53,8 @@ const SUPPORTED_FORMS = [
   'sqlite://:memory:',
   'redis://[user:password@]host[:port][/db]',
   'rediss://… (TLS)',
+  `${REDIS_CLUSTER_FORM} (Redis Cluster; rediss+cluster:// for TLS)`,
+  `${REDIS_SENTINEL_FORM} (Redis Sentinel)`,
   'postgres://user[:password]@host[:port]/database',
   'postgresql://…',
 ];
@@ -151,6 +165,17 @@ function checkUrl(target: string, options: CreateStoreOptions): Kind {
       }
       return 'redis';
     }
+    case 'redis+cluster':
+    case 'rediss+cluster':
+    case 'redis+sentinel':
+    case 'rediss+sentinel':
+      try {
+        if (scheme.endsWith('cluster')) parseRedisClusterUrl(target);
+        else parseRedisSentinelUrl(target);
+      } catch (error) {
+        throw unsupported(shown, (error as Error).message.replace(/^Expected/, 'expected'));
+      }
+      return 'redis';
     case 'postgres':
     case 'postgresql': {
       const url = parseUrl(target, 'PostgreSQL');

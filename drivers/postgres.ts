@@ -27,8 +27,25 @@ import { statsFromGroups, type StatsGroup } from '../src/maintenance.js';
 import { startSweeper, withTimeout } from '../src/timers.js';
 import { adapterFrom, assertOneSource } from './keyv-input.js';
 import { assertInteger } from '../src/validate.js';
+import type { TransactionalStore } from '../src/transaction.js';
+import {
+  createTransaction,
+  type ClientOf,
+  type PostgresClient,
+  type PostgresPool,
+  type PostgresTransactionOptions,
+} from './postgres-transaction.js';
 
-export interface PostgresStoreOptions {
+export type { ClientOf, IsolationLevel, PostgresClient, PostgresPool, PostgresTransactionOptions } from './postgres-transaction.js';
+
+/**
+ * A PostgreSQL store made from `url` or `pool`: it can also run a handler in a transaction
+ * that completes the record before it commits (`idempotent(fn, { transaction: true })`,
+ * `inTransaction(req, work)`; see docs/transactions.md).
+ */
+export type PostgresStore<Client = PostgresClient> = TransactionalStore<Client>;
+
+export interface PostgresStoreOptions extends PostgresTransactionOptions {
   /**
    * `postgres://user:password@host:port/database` (or `postgresql://`), with any
    * libpq-style parameters `pg` understands (`?sslmode=require`, …). Ignored when
@@ -47,6 +64,14 @@ export interface PostgresStoreOptions {
    * @default undefined
    */
   keyv?: Keyv;
+  /**
+   * The application's own `pg` Pool: records live next to its tables, in its database, and
+   * a transaction can hold both its writes and the record. The store never ends it, and
+   * adds no timeouts of its own to it besides bounding each of its calls by `timeoutMs`.
+   * Give it at least 2 connections: the lease renews on another while a transaction runs.
+   * @default undefined
+   */
+  pool?: PostgresPool;
   /**
    * Table holding the records, created with its index on first use. A plain SQL
    * identifier (letters, digits, `_`), optionally schema-qualified (`idem.records`).
@@ -83,6 +108,7 @@ interface PgResult {
 }
 interface PgPool {
   query(config: { text: string; values: unknown[]; name?: string }): Promise<PgResult>;
+  connect(): Promise<PostgresClient>;
   end(): Promise<void>;
   on(event: 'error', listener: (error: Error) => void): unknown;
 }
@@ -159,7 +185,12 @@ function isPostgresAdapter(value: unknown): value is KeyvPostgres {
 
 const toRecord = (row: Row): IdempotencyRecord => recordFromRow(row);
 
+/** Create a PostgreSQL store on the application's own `pg` Pool: its transactions hand out that pool's clients. */
+export function postgresStore<P extends PostgresPool>(options: PostgresStoreOptions & { pool: P }): PostgresStore<ClientOf<P>>;
+/** Create a PostgreSQL store with a pool of its own. */
+export function postgresStore(options: PostgresStoreOptions & { url: string }): PostgresStore;
 /** Create a PostgreSQL store. */
+export function postgresStore(options: PostgresStoreOptions): IdempotencyStore;
 export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError('Expected options with a `url`, `adapter` or `keyv`, e.g. postgresStore({ url: "postgres://…" })');
@@ -174,11 +205,23 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   assertInteger('poolSize', poolSize, 1);
   assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
   assertInteger('sweepBatchSize', sweepBatchSize, 1);
-  assertOneSource(options);
+  if (options.pool === undefined) assertOneSource(options);
+  else if (options.url !== undefined || options.adapter !== undefined || options.keyv !== undefined) {
+    throw new TypeError('Expected exactly one of `url`, `adapter`, `keyv` or `pool`');
+  }
 
   let query: Query;
   let end: (() => Promise<void>) | undefined;
-  if (options.url !== undefined) {
+  // Where a transaction takes its connection: the store's own pool or the application's.
+  let connect: (() => Promise<PostgresClient>) | undefined;
+  if (options.pool !== undefined) {
+    const pool = options.pool;
+    if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function' || typeof pool.query !== 'function') {
+      throw new TypeError(`Expected \`pool\` to be a pg Pool (new pg.Pool({ connectionString })), got ${String(pool)}`);
+    }
+    query = async (text, values, name) => (await pool.query({ text, values, ...(name ? { name } : {}) })).rows as Row[];
+    connect = () => pool.connect();
+  } else if (options.url !== undefined) {
     checkPostgresUrl(options.url);
     const url = options.url;
     let pool: PgPool | undefined;
@@ -202,6 +245,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     };
     // Named statements are parsed and planned once per connection.
     query = async (text, values, name) => (await open().query({ text, values, ...(name ? { name } : {}) })).rows;
+    connect = () => open().connect();
     end = async () => {
       await pool?.end();
     };
@@ -296,6 +340,30 @@ WHERE ${OWNED} RETURNING 1 AS n`;
 )
 SELECT count(*)::int AS n FROM swept`;
 
+  const completeValues = (k: string, token: string, response: StoredResponse, ttlMs: number) => [
+    k,
+    token,
+    ttlMs,
+    response.status,
+    JSON.stringify(response.headers),
+    response.body === null ? null : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength),
+  ];
+  const transaction = connect
+    ? createTransaction(options, {
+        connect,
+        ready: async () => {
+          if (closed) throw new Error('idempotency-kit: the PostgreSQL store is closed');
+          await ensureSchema();
+        },
+        query: (text, values) => exec(text, values),
+        completeSql: COMPLETE,
+        completeValues,
+        lockedReadSql: `SELECT state, token FROM ${quoted} WHERE key = $1 FOR SHARE`,
+        hash,
+        timeoutMs,
+      })
+    : undefined;
+
   const sweep = async () => {
     for (let batch = 0; batch < 10 && !closed; batch++) {
       const [row] = await exec(SWEEP, [sweepBatchSize], statement('sweep'));
@@ -304,7 +372,7 @@ SELECT count(*)::int AS n FROM swept`;
   };
   const sweeper = startSweeper(sweepIntervalMs, sweep);
 
-  return {
+  const store: IdempotencyStore = {
     name: 'postgres',
     async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
       const k = hash(key);
@@ -326,12 +394,7 @@ SELECT count(*)::int AS n FROM swept`;
       return row ? toRecord(row) : undefined;
     },
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
-      const body = response.body === null ? null : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength);
-      const rows = await exec(
-        COMPLETE,
-        [hash(key), token, ttlMs, response.status, JSON.stringify(response.headers), body],
-        statement('complete'),
-      );
+      const rows = await exec(COMPLETE, completeValues(hash(key), token, response, ttlMs), statement('complete'));
       return rows.length === 1;
     },
     async release(key: string, token: string) {
@@ -368,4 +431,5 @@ FROM ${quoted} GROUP BY 1`,
       }
     },
   };
+  return transaction ? Object.assign(store, { transaction }) : store;
 }

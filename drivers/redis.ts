@@ -25,14 +25,28 @@ import {
 import { withTimeout } from '../src/timers.js';
 import { adapterFrom } from './keyv-input.js';
 import { assertInteger } from '../src/validate.js';
+import { isRedisClusterUrl, isRedisSentinelUrl, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
 
 export interface RedisStoreOptions {
   /**
    * Where Redis is: `redis://[[user][:password]@]host[:port][/db]`, or `rediss://…` for
-   * TLS. Ignored when `adapter` or `keyv` is given.
+   * TLS; a Cluster: `redis+cluster://host:port[,host:port…]`; Sentinel:
+   * `redis+sentinel://sentinel:port[,sentinel:port…]/primary-name`. Ignored when `adapter`
+   * or `keyv` is given.
    * @default 'redis://127.0.0.1:6379'
    */
   url?: string;
+  /**
+   * Wait until this many replicas have the claim, each lease extension and the completion
+   * (Redis `WAIT`) before the call resolves. Redis replicates asynchronously: without it, a primary that dies
+   * right after acknowledging a claim can take the claim with it, and a retry served by
+   * the promoted replica runs the handler again. When fewer replicas acknowledge within
+   * `timeoutMs`, the call fails closed: a claim is released and rejects (the handler does
+   * not run), a completion (already stored on the primary) rejects so the failure is
+   * reported. See docs/drivers/redis.md#failover.
+   * @default undefined (no waiting)
+   */
+  waitForReplicas?: WaitForReplicas;
   /**
    * An existing `@keyv/redis` adapter: the store runs its scripts on the adapter's own
    * client (plain, cluster or sentinel) and leaves it open on `close()`.
@@ -57,6 +71,13 @@ export interface RedisStoreOptions {
   timeoutMs?: number;
 }
 
+export interface WaitForReplicas {
+  /** How many replicas must acknowledge (`WAIT numreplicas`). */
+  replicas: number;
+  /** Longest wait for them, in ms (`WAIT … timeout`; never 0, which would wait forever). */
+  timeoutMs: number;
+}
+
 /** The parts of a node-redis client (plain, cluster or sentinel) the store uses. */
 interface ScriptClient {
   readonly isOpen: boolean;
@@ -70,6 +91,8 @@ interface ScriptClient {
   close?(): Promise<unknown>;
   destroy?(): unknown;
   unref?(): unknown;
+  /** Plain client: `(args)`; cluster: `(firstKey, isReadonly, args)`; sentinel: `(isReadonly, args)`. */
+  sendCommand(...args: unknown[]): Promise<unknown>;
   // Maintenance only (the command line): plain clients have them; a cluster's SCAN
   // would see one node, so stats refuses clusters.
   del?(key: string): Promise<number>;
@@ -165,7 +188,7 @@ function checkRedisUrl(url: unknown): asserts url is string {
     throw new TypeError(`Expected \`url\` to be a redis:// or rediss:// URL, got ${shown(url)}`);
   }
   if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') {
-    throw new TypeError(`Expected \`url\` to start with redis:// or rediss://, got ${shown(url)}`);
+    throw new TypeError(`Expected \`url\` to start with redis://, rediss://, redis+cluster:// or redis+sentinel://, got ${shown(url)}`);
   }
   if (!parsed.hostname) throw new TypeError(`Expected a host in the Redis URL ${shown(url)}, e.g. redis://127.0.0.1:6379`);
   if (parsed.pathname !== '' && parsed.pathname !== '/' && !/^\/\d+$/.test(parsed.pathname)) {
@@ -173,6 +196,62 @@ function checkRedisUrl(url: unknown): asserts url is string {
       `Expected the Redis URL path to be a database number (redis://host:6379/0), got ${JSON.stringify(parsed.pathname)} in ${shown(url)}`,
     );
   }
+}
+
+function checkWaitForReplicas(value: WaitForReplicas | undefined): WaitForReplicas | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'object' || value === null) {
+    throw new TypeError(`Expected \`waitForReplicas\` to be an object like { replicas: 1, timeoutMs: 100 }, got ${String(value)}`);
+  }
+  assertInteger('waitForReplicas.replicas', value.replicas, 1);
+  assertInteger('waitForReplicas.timeoutMs', value.timeoutMs, 1);
+  return { replicas: value.replicas, timeoutMs: value.timeoutMs };
+}
+
+/** The adapter a store opens for itself from a URL: one client, or a cluster client. */
+function ownAdapter(url: string, timeoutMs: number): KeyvRedis<unknown> {
+  // Reject instead of queueing while disconnected (S6), and keep reconnecting in the
+  // background with a short, capped backoff.
+  const connection = {
+    disableOfflineQueue: true,
+    socket: { connectTimeout: timeoutMs, reconnectStrategy: (retries: number) => Math.min(50 * 2 ** retries, 1000) },
+  };
+  const keyvOptions = { throwOnErrors: true, throwOnConnectError: true, connectionTimeout: timeoutMs };
+  if (typeof url === 'string' && isRedisClusterUrl(url)) {
+    const cluster = parseRedisClusterUrl(url);
+    return new KeyvRedis(
+      {
+        rootNodes: cluster.nodes.map(({ host, port }) => ({ socket: { host, port, ...(cluster.tls ? { tls: true as const } : {}) } })),
+        defaults: {
+          ...connection,
+          ...(cluster.username !== undefined ? { username: cluster.username } : {}),
+          ...(cluster.password !== undefined ? { password: cluster.password } : {}),
+          socket: { ...connection.socket, ...(cluster.tls ? { tls: true as const } : {}) },
+        },
+      },
+      keyvOptions,
+    );
+  }
+  if (typeof url === 'string' && isRedisSentinelUrl(url)) {
+    const sentinel = parseRedisSentinelUrl(url);
+    const tls = sentinel.tls ? { tls: true as const } : {};
+    return new KeyvRedis(
+      {
+        name: sentinel.name,
+        sentinelRootNodes: sentinel.nodes,
+        sentinelClientOptions: { socket: { ...connection.socket, ...tls } },
+        nodeClientOptions: {
+          ...connection,
+          ...(sentinel.username !== undefined ? { username: sentinel.username } : {}),
+          ...(sentinel.password !== undefined ? { password: sentinel.password } : {}),
+          socket: { ...connection.socket, ...tls },
+        },
+      },
+      keyvOptions,
+    );
+  }
+  checkRedisUrl(url);
+  return new KeyvRedis({ url, ...connection }, keyvOptions);
 }
 
 /** Create a Redis store. */
@@ -187,21 +266,13 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     throw new TypeError('Expected only one of `url`, `adapter` or `keyv`');
   }
 
+  const waitFor = checkWaitForReplicas(options.waitForReplicas);
+
   let adapter: KeyvRedis<unknown>;
   const owned = options.adapter === undefined && options.keyv === undefined;
   if (owned) {
     const url = options.url ?? 'redis://127.0.0.1:6379';
-    checkRedisUrl(url);
-    adapter = new KeyvRedis(
-      {
-        url,
-        // Reject instead of queueing while disconnected (S6), and keep reconnecting in
-        // the background with a short, capped backoff.
-        disableOfflineQueue: true,
-        socket: { connectTimeout: timeoutMs, reconnectStrategy: (retries: number) => Math.min(50 * 2 ** retries, 1000) },
-      },
-      { throwOnErrors: true, throwOnConnectError: true, connectionTimeout: timeoutMs },
-    );
+    adapter = ownAdapter(url, timeoutMs);
     // The adapter re-emits client errors; the store reports them through its calls.
     adapter.on('error', () => undefined);
   } else {
@@ -230,8 +301,9 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   let connecting: Promise<void> | undefined;
   const ready = (): Promise<void> => {
     if (closed) return Promise.reject(new Error('idempotency-kit: the Redis store is closed'));
-    if (client.isReady === undefined) {
-      // A cluster has no readiness flag: its connect() settles once the slots are known.
+    if (client.isReady === undefined || adapter.isSentinel()) {
+      // A cluster has no readiness flag and a sentinel client emits no 'ready': their
+      // connect() settles once the slots, or the primary, are known.
       if (!client.isOpen && !connecting) {
         connecting = client.connect().then(
           () => undefined,
@@ -270,8 +342,57 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     return waiting;
   };
 
-  const run = <T>(what: string, command: () => Promise<T>): Promise<T> =>
-    withTimeout(ready().then(command), timeoutMs, timedOut(what, timeoutMs));
+  // node-redis learns a new slot map only from a MOVED reply, which a dead primary never
+  // sends: after a failover it would keep routing that primary's slots to the dead node
+  // ("client is offline") for good. So any failed call on a cluster asks it to read the
+  // slot map again (one refresh at a time, at most every 100 ms). The cluster client has
+  // no public call for that; without this internal one, recovery waits for a MOVED.
+  let refreshing = false;
+  let refreshedAt = 0;
+  const refreshSlots = () => {
+    const internals = client as unknown as {
+      _slots?: { rediscover?: (startWith: { options: unknown }) => Promise<void> };
+      _options?: { rootNodes?: unknown[] };
+    };
+    const seeds = internals._options?.rootNodes ?? [];
+    if (refreshing || closed || typeof internals._slots?.rediscover !== 'function' || seeds.length === 0) return;
+    if (Date.now() - refreshedAt < 100) return;
+    refreshing = true;
+    // Start from a random seed node (the client tries the others when that one fails).
+    internals._slots
+      .rediscover({ options: seeds[Math.floor(Math.random() * seeds.length)] })
+      .catch(() => undefined)
+      .finally(() => {
+        refreshing = false;
+        refreshedAt = Date.now();
+      });
+  };
+  const cluster = adapter.isCluster();
+
+  const run = <T>(what: string, command: () => Promise<T>, ms = timeoutMs): Promise<T> => {
+    const call = withTimeout(ready().then(command), ms, timedOut(what, ms));
+    if (!cluster) return call;
+    return call.catch((error: unknown) => {
+      refreshSlots();
+      throw error;
+    });
+  };
+
+  /** `WAIT` on the connection to the key's primary; rejects unless enough replicas have the write. */
+  const waitForReplicas = async (key: string, what: string): Promise<void> => {
+    if (!waitFor) return;
+    const args = ['WAIT', String(waitFor.replicas), String(waitFor.timeoutMs)];
+    const reply = await run(
+      'WAIT',
+      () => (cluster ? client.sendCommand(key, false, args) : adapter.isSentinel() ? client.sendCommand(false, args) : client.sendCommand(args)),
+      timeoutMs + waitFor.timeoutMs,
+    );
+    if (typeof reply !== 'number' || reply < waitFor.replicas) {
+      throw new Error(
+        `idempotency-kit: Redis replicas did not acknowledge the ${what} (${String(reply)} of ${waitFor.replicas} within ${waitFor.timeoutMs} ms); it may not survive a failover`,
+      );
+    }
+  };
 
   const evalScript = (script: Script, key: string, args: string[]): Promise<unknown> =>
     run('script', async () => {
@@ -295,8 +416,19 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
         createdAt: request.createdAt,
         leaseUntil: Date.now() + leaseMs,
       };
-      const reply = await evalScript(CLAIM, redisKey(key), [encodeRecord(record), String(leaseMs)]);
-      if (reply === '') return { claimed: true, record };
+      const id = redisKey(key);
+      const reply = await evalScript(CLAIM, id, [encodeRecord(record), String(leaseMs)]);
+      if (reply === '') {
+        try {
+          await waitForReplicas(id, 'claim');
+        } catch (error) {
+          // Fail closed: the handler must not run on a claim a failover could lose. Free the
+          // key (best effort) so a retry is not held off until the lease ends.
+          await evalScript(RELEASE, id, [request.token]).catch(() => undefined);
+          throw error;
+        }
+        return { claimed: true, record };
+      }
       if (typeof reply !== 'string') throw new Error(`idempotency-kit: unexpected Redis reply to claim: ${String(reply)}`);
       return { claimed: false, record: decodeRecord(reply) };
     },
@@ -308,7 +440,11 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     },
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
       const expiresAt = Date.now() + ttlMs;
-      const reply = await evalScript(COMPLETE, redisKey(key), [token, responseJson(response), String(expiresAt), String(ttlMs)]);
+      const id = redisKey(key);
+      const reply = await evalScript(COMPLETE, id, [token, responseJson(response), String(expiresAt), String(ttlMs)]);
+      // Stored on the primary either way; a rejection here reports a completion that a
+      // failover could still lose (a retry would then run again).
+      if (reply === 1) await waitForReplicas(id, 'completion');
       return reply === 1;
     },
     async release(key: string, token: string) {
@@ -316,7 +452,12 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     },
     async extend(key: string, token: string, leaseMs: number) {
       const leaseUntil = Date.now() + leaseMs;
-      return (await evalScript(EXTEND, redisKey(key), [token, String(leaseMs), String(leaseUntil)])) === 1;
+      const id = redisKey(key);
+      const extended = (await evalScript(EXTEND, id, [token, String(leaseMs), String(leaseUntil)])) === 1;
+      // A lease extension a failover could lose would let another claimer in while this
+      // owner still runs; unacknowledged, it rejects and the owner keeps its old lease end.
+      if (extended) await waitForReplicas(id, 'lease extension');
+      return extended;
     },
     async close() {
       if (closed) return;
@@ -340,7 +481,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       return (await run('DEL', () => client.del!(redisKey(key)))) === 1;
     },
     async stats(options: MaintenanceOptions = {}): Promise<StoreStats> {
-      if (client.isReady === undefined || typeof client.scan !== 'function' || typeof client.mGet !== 'function') {
+      if (cluster || typeof client.scan !== 'function' || typeof client.mGet !== 'function') {
         throw new Error('idempotency-kit: stats needs SCAN on one Redis server; a cluster client scans one node only, run it against each node URL');
       }
       // The namespace is an operator's setting, but it may hold glob characters: match it literally.

@@ -9,6 +9,7 @@ import { decide } from './decide.js';
 import {
   IdempotencyConflictError,
   IdempotencyMismatchError,
+  LeaseLostError,
   ResponseNotReplayableError,
   StoreUnavailableError,
   isIdempotencyError,
@@ -16,6 +17,7 @@ import {
 import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, StoredResponse } from './store.js';
 import { Telemetry, type AcquireOutcome, type TelemetryOptions } from './telemetry.js';
 import { withTimeout } from './timers.js';
+import { isTransactionalStore, type TransactionOutcome } from './transaction.js';
 import { assertFunction, assertInteger, assertOneOf } from './validate.js';
 
 export type IdempotencyEventType =
@@ -157,6 +159,8 @@ export type Acquired =
 export class Lease {
   #lost = false;
   #settled = false;
+  /** The transaction's work is done and the record row is about to be locked: renewals would wait on it. */
+  #completing = false;
   #timer: NodeJS.Timeout | undefined;
   /** Our own conservative view of when the lease ends: the start of the last successful claim or renewal + leaseMs. */
   #leaseUntil: number;
@@ -181,13 +185,15 @@ export class Lease {
   }
 
   async #renew(): Promise<void> {
-    if (this.#settled || this.#lost) return;
+    if (this.#settled || this.#lost || this.#completing) return;
     try {
       const { leaseMs, now } = this.engine.options;
       const started = now();
       const ok = await this.engine.call('extend', () => this.engine.options.store.extend(this.storageKey, this.token, leaseMs));
       if (ok) this.#leaseUntil = started + leaseMs;
-      else if (!this.#settled) this.#loseLease('extend');
+      // Refused while the transaction completes the record: it waited on the row lock and
+      // then found the record completed by us, not lost. The commit's own check decides.
+      else if (!this.#settled && !this.#completing) this.#loseLease('extend');
     } catch (error) {
       this.engine.emit({ type: 'store-error', key: this.key, scope: this.scope, operation: 'extend', error });
     }
@@ -258,6 +264,69 @@ export class Lease {
       }
     }
     this.#loseLease('complete');
+  }
+
+  /**
+   * Run `work` in a transaction of the store's database and complete the record in that
+   * same transaction (fenced by this claim's token), so the effect and the stored result
+   * commit together or not at all. The lease keeps renewing while `work` runs.
+   *
+   * `response(value)` gives what to store; `undefined` rolls back and releases the key.
+   * `work` throws, or the transaction fails: rolled back, the key released, the error
+   * rethrown. The lease was lost: rolled back, `LeaseLostError`, the key left to its new owner.
+   */
+  async transaction<C, T>(
+    work: (client: C) => Promise<T>,
+    response: (value: T) => StoredResponse | undefined,
+  ): Promise<TransactionOutcome<T>> {
+    const { store, ttl } = this.engine.options;
+    if (!isTransactionalStore(store)) {
+      throw new TypeError(
+        `Expected a store that runs transactions (postgresStore({ url }) or postgresStore({ pool })), got the ${store.name} store`,
+      );
+    }
+    if (this.#settled) throw new TypeError('idempotency-kit: this claim was already completed or released');
+    if (this.#lost) {
+      this.#settled = true;
+      throw new LeaseLostError();
+    }
+    let outcome: TransactionOutcome<T>;
+    let stored: StoredResponse | undefined;
+    try {
+      outcome = await store.transaction(
+        async (client) => {
+          this.#completing = false; // again after a serialization failure: the row is not locked now
+          const value = await work(client as C);
+          this.#completing = true;
+          return value;
+        },
+        { key: this.storageKey, token: this.token, ttlMs: ttl, response: (value) => (stored = response(value)) },
+      );
+    } catch (error) {
+      this.#completing = false;
+      if (error instanceof LeaseLostError) {
+        this.#settled = true;
+        if (!this.#lost) this.#loseLease('complete'); // a failed renewal may have reported it already
+        throw error;
+      }
+      // Rolled back (or, after a failed COMMIT, known not to have landed): free the key so
+      // that a retry runs again. Fenced, so a record completed by the commit stays.
+      await this.release().catch((releaseError: unknown) =>
+        this.engine.emit({ type: 'store-error', key: this.key, scope: this.scope, operation: 'release', error: releaseError }),
+      );
+      throw error;
+    }
+    this.#completing = false;
+    if (outcome.stored) {
+      this.#settled = true;
+      this.#stop();
+      this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: stored?.status });
+    } else {
+      await this.release().catch((error: unknown) =>
+        this.engine.emit({ type: 'store-error', key: this.key, scope: this.scope, operation: 'release', error }),
+      );
+    }
+    return outcome;
   }
 
   /** Free the key so that a retry runs again. Throws on store failure. */

@@ -16,6 +16,8 @@ export type IdempotencyErrorCode =
   | 'store-unavailable'
   | 'body-too-large'
   | 'result-not-storable'
+  | 'lease-lost'
+  | 'transaction-conflict'
   | 'scope-required';
 
 export class IdempotencyError extends Error {
@@ -113,6 +115,38 @@ export class ResultNotStorableError extends IdempotencyError {
     super('result-not-storable', 500, message, { cause: options?.cause });
     // Not enumerable: a logged error should not dump a large result.
     if (options && 'result' in options) Object.defineProperty(this, 'result', { value: options.result });
+  }
+}
+
+/**
+ * A transaction that was to complete the record could not: the claim's lease had ended
+ * and the key belongs to another caller now. The transaction was rolled back, so the
+ * effect did not happen here; a retry replays or waits for the other caller's result.
+ */
+export class LeaseLostError extends IdempotencyError {
+  override name = 'LeaseLostError';
+  constructor(
+    message = 'The idempotency lease ended before the transaction committed; it was rolled back and the key now belongs to another request.',
+  ) {
+    super('lease-lost', 409, message, { retryable: true });
+  }
+}
+
+/**
+ * The database refused the transaction again and again (serialization failure or
+ * deadlock, SQLSTATE 40001 / 40P01) after every attempt; each was rolled back and the key
+ * released. `cause` is the database's last error; `attempts` how many ran.
+ */
+export class TransactionConflictError extends IdempotencyError {
+  override name = 'TransactionConflictError';
+  readonly attempts: number;
+  constructor(attempts: number, cause: unknown) {
+    const detail = cause instanceof Error ? cause.message : String(cause);
+    super('transaction-conflict', 409, `The transaction was rolled back ${attempts} times by the database (${detail}); retry later.`, {
+      cause,
+      retryable: true,
+    });
+    this.attempts = attempts;
   }
 }
 

@@ -10,6 +10,7 @@ import { fingerprintRequest } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import { problemResponse, type FormatError, type HttpResponse } from './problem.js';
 import type { StoredResponse } from './store.js';
+import { isTransactionalStore, registerRequestTransaction, type RequestTransaction } from './transaction.js';
 import { assertFunction, assertInteger, assertStringArray } from './validate.js';
 
 export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, 'ttl'> {
@@ -278,6 +279,26 @@ export class Idempotency<Req = unknown> {
 
   /** Decide what to do with a request: pass it through, answer it, or run the handler under a claim. */
   async begin(request: HttpRequestInfo<Req>): Promise<HttpDecision<Req>> {
+    const decision = await this.#begin(request);
+    // `inTransaction(req)` in the handler finds how to run its transaction here.
+    if (decision.type === 'pass') registerRequestTransaction(request.raw, this.#plainTransaction);
+    return decision;
+  }
+
+  /** Without a claim (no key where keys are optional, or the store failed open): a transaction without a record. */
+  readonly #plainTransaction: RequestTransaction = async (work) => {
+    const { store } = this.engine.options;
+    if (!isTransactionalStore(store)) throw this.#notTransactional();
+    return (await store.transaction(work)).value;
+  };
+
+  #notTransactional(): TypeError {
+    return new TypeError(
+      `inTransaction(req) needs a store that runs transactions (postgresStore({ url }) or postgresStore({ pool })), got the ${this.engine.options.store.name} store`,
+    );
+  }
+
+  async #begin(request: HttpRequestInfo<Req>): Promise<HttpDecision<Req>> {
     if (!this.covers(request.method)) return { type: 'pass' };
     const parsed = parseIdempotencyKey(request.keyHeaderLines, this.maxKeyLength);
     if (parsed.key === undefined) {
@@ -332,6 +353,7 @@ export class Idempotency<Req = unknown> {
       if (!isIdempotencyError(error)) throw error;
       if (error instanceof StoreUnavailableError && this.engine.options.onStoreError === 'continue') {
         this.engine.emit({ type: 'unprotected', key, scope, error });
+        registerRequestTransaction(request.raw, this.#plainTransaction);
         return { type: 'execute', claim: noopClaim(this.maxResponseBytes), body, request };
       }
       return this.#problem(error);
@@ -351,25 +373,39 @@ export class Idempotency<Req = unknown> {
     return { type: 'respond', response: problemResponse(error, this.header, this.#options.formatError), error };
   }
 
-  #claim(lease: Lease, req: Req): HttpClaim {
+  #claim(lease: Lease, raw: Req): HttpClaim {
     const storeResponse = this.#options.storeResponse ?? defaultStoreResponse;
     const report = (operation: IdempotencyEvent['operation'], error: unknown) =>
       this.engine.emit({ type: 'store-error', key: lease.key, scope: lease.scope, operation, error });
+    // Set once `inTransaction` completed or released the claim: the response the adapter
+    // captures afterwards is the one the transaction stored, or one not to store.
+    let settledByTransaction = false;
+    registerRequestTransaction(raw, async (work) => {
+      if (!isTransactionalStore(this.engine.options.store)) throw this.#notTransactional();
+      if (settledByTransaction) throw new TypeError('inTransaction(req) can run once per request');
+      settledByTransaction = true;
+      const { value } = await lease.transaction(work, (response) =>
+        storeResponse(response.status) ? this.#toStored(response) : undefined,
+      );
+      return value;
+    });
     return {
       maxResponseBytes: this.maxResponseBytes,
       finish: async (response) => {
+        if (settledByTransaction) return;
         try {
           if (!storeResponse(response.status)) {
             await lease.release(response.status);
             return;
           }
           const ttl = this.#ttl;
-          await lease.complete(this.#toStored(response), this.engine.ttlFor(ttl && (() => ttl(req, response)), lease.key, lease.scope));
+          await lease.complete(this.#toStored(response), this.engine.ttlFor(ttl && (() => ttl(raw, response)), lease.key, lease.scope));
         } catch (error) {
           report(storeResponse(response.status) ? 'complete' : 'release', error);
         }
       },
       fail: async () => {
+        if (settledByTransaction) return;
         try {
           await lease.release();
         } catch (error) {

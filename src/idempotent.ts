@@ -8,6 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import { Engine, type EngineOptions } from './engine.js';
+import { isTransactionalStore, type TransactionalStore } from './transaction.js';
 import { IdempotencyKeyError, ResultNotStorableError, StoreUnavailableError } from './errors.js';
 import { hashValue } from './fingerprint.js';
 import { deserializeResult, serializeResult } from './serialize.js';
@@ -45,6 +46,27 @@ export interface IdempotentOptions<Args extends readonly unknown[], Result = unk
   fingerprint?: (...args: Args) => unknown;
 }
 
+/**
+ * Options of `idempotent(fn, { transaction: true, ... })`: fn runs in a transaction of the
+ * store's database, which also completes the record before it commits.
+ */
+export interface IdempotentTransactionOptions<Args extends readonly unknown[], Client>
+  extends Omit<IdempotentOptions<Args>, 'store' | 'ttl'> {
+  /**
+   * How long a result replays, in ms. A number only: the transaction completes the record
+   * with a lifetime fixed before fn runs.
+   * @default 86400000 (24 h)
+   */
+  ttl?: number;
+  /** A store that runs transactions: `postgresStore({ pool })` on the application's own pool, or `postgresStore({ url })`. */
+  store: TransactionalStore<Client>;
+  /**
+   * fn gets the transaction's client as its last argument; its writes through that client
+   * and the stored result commit together or not at all. See docs/transactions.md.
+   */
+  transaction: true;
+}
+
 /** The wrapper `idempotent(fn)` returns: fn's parameters and `this`, always async. */
 export type IdempotentFunction<F extends AnyFunction> = (
   this: ThisParameterType<F>,
@@ -67,6 +89,26 @@ function fingerprintOf(value: unknown): string {
 }
 
 /**
+ * With `transaction: true`: fn runs inside a transaction of the store's database and gets
+ * its client as an extra last argument; the record is completed in the same transaction
+ * before COMMIT, so fn's writes through that client and its stored result commit together
+ * or not at all. A crash at any point either leaves both (a retry replays) or neither (a
+ * retry runs fn again).
+ *
+ * - fn throws, or its result cannot be stored: rolled back, the key released, the error rethrown;
+ * - the lease ended before the commit (another caller took the key over): rolled back, LeaseLostError;
+ * - serialization failure or deadlock: fn runs again in a new transaction (bounded), then TransactionConflictError.
+ */
+export function idempotent<Arg, R, Client, This = unknown>(
+  fn: (this: This, arg: Arg, client: Client) => R,
+  options: IdempotentTransactionOptions<[Arg], Client>,
+): (this: This, arg: Arg) => Promise<Awaited<R>>;
+/** With `transaction: true` and any number of arguments before the client (annotate the client's type). */
+export function idempotent<Args extends unknown[], R, Client, This = unknown>(
+  fn: (this: This, ...args: [...Args, Client]) => R,
+  options: IdempotentTransactionOptions<Args, Client>,
+): (this: This, ...args: Args) => Promise<Awaited<R>>;
+/**
  * Wrap `fn` so that calls with the same key run it once (C1–C3). The wrapper keeps fn's
  * parameter types and returns a promise of fn's result:
  *
@@ -85,17 +127,35 @@ function fingerprintOf(value: unknown): string {
 export function idempotent<F extends AnyFunction>(
   fn: F,
   options: IdempotentOptions<Parameters<F>, Awaited<ReturnType<F>>>,
+): IdempotentFunction<F>;
+export function idempotent<F extends AnyFunction>(
+  fn: F,
+  options: IdempotentOptions<Parameters<F>> | IdempotentTransactionOptions<Parameters<F>, unknown>,
 ): IdempotentFunction<F> {
   assertFunction('fn', fn);
+  const inTransaction = (options as { transaction?: unknown } | null)?.transaction;
+  if (inTransaction !== undefined && typeof inTransaction !== 'boolean') {
+    throw new TypeError(`Expected \`transaction\` to be a boolean, got ${show(inTransaction)}`);
+  }
   const ttlFn = typeof options?.ttl === 'function' ? options.ttl : undefined;
   if (options?.ttl !== undefined && typeof options.ttl !== 'number' && !ttlFn) {
     throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${show(options.ttl)}`);
+  }
+  if (ttlFn && inTransaction) {
+    // The transaction completes the record with a ttl fixed before fn runs.
+    throw new TypeError('A `ttl` function is not supported with `transaction: true`; pass a number of ms');
   }
   const engine = new Engine(ttlFn ? ({ ...options, ttl: undefined } as EngineOptions) : (options as EngineOptions));
   const { key: keyFn, scope: scopeFn, fingerprint: fingerprintFn } = options;
   if (typeof keyFn !== 'function') {
     throw new TypeError(
       `Expected \`key\` to be a function that returns the key from the arguments, e.g. \`(msg) => msg.id\`, got ${show(keyFn)}`,
+    );
+  }
+  const transactional = engine.options.store as TransactionalStore<unknown>;
+  if (inTransaction && !isTransactionalStore(transactional)) {
+    throw new TypeError(
+      `Expected \`store\` to run transactions with \`transaction: true\` (postgresStore({ url }) or postgresStore({ pool })), got the ${engine.options.store.name} store`,
     );
   }
   if (scopeFn !== undefined) assertFunction('scope', scopeFn);
@@ -112,7 +172,10 @@ export function idempotent<F extends AnyFunction>(
       throw new TypeError(`Expected \`scope()\` to return a string or undefined, got ${show(scope)}`);
     }
     const fingerprint = fingerprintFn ? fingerprintOf(fingerprintFn(...args)) : FINGERPRINT_PREFIX;
-    const run = () => fn.apply(this, args) as Promise<Awaited<ReturnType<F>>>;
+    const run = inTransaction
+      ? // Unprotected (the store failed and onStoreError is 'continue'): still one transaction, without a record.
+        async () => (await transactional.transaction((client) => fn.apply(this, [...args, client]) as Promise<Awaited<ReturnType<F>>>)).value
+      : () => fn.apply(this, args) as Promise<Awaited<ReturnType<F>>>;
 
     let acquired;
     try {
@@ -130,6 +193,25 @@ export function idempotent<F extends AnyFunction>(
     }
 
     const { lease } = acquired;
+    if (inTransaction) {
+      const { value } = await lease.transaction(
+        (client) => fn.apply(this, [...args, client]) as Promise<Awaited<ReturnType<F>>>,
+        (value) => {
+          try {
+            return { status: RESULT_STATUS, headers: {}, body: serializeResult(value) };
+          } catch (error) {
+            if (!(error instanceof ResultNotStorableError)) throw error;
+            throw new ResultNotStorableError(
+              `fn's result cannot be stored: ${error.message}. Its transaction was rolled back and the key ${show(key)} ` +
+                'released, so fn had no effect. Return plain data (JSON values, undefined, Date, Buffer, Uint8Array, Map, ' +
+                'Set, bigint); the result is on `error.result`.',
+              { result: value, cause: error },
+            );
+          }
+        },
+      );
+      return value;
+    }
     let result: Awaited<ReturnType<F>>;
     try {
       result = await run();

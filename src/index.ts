@@ -16,10 +16,12 @@ export {
   IdempotencyError,
   IdempotencyKeyError,
   IdempotencyMismatchError,
+  LeaseLostError,
   ResponseNotReplayableError,
   ResultNotStorableError,
   ScopeRequiredError,
   StoreUnavailableError,
+  TransactionConflictError,
   isIdempotencyError,
   type IdempotencyErrorCode,
   type KeyInvalidReason,
@@ -35,7 +37,7 @@ export {
   type HttpRequestInfo,
   type IdempotencyOptions,
 } from './http.js';
-export { idempotent, type IdempotentOptions } from './idempotent.js';
+export { idempotent, type IdempotentOptions, type IdempotentTransactionOptions } from './idempotent.js';
 export type { FormatError, HttpResponse, ProblemDetails } from './problem.js';
 export type {
   ClaimRequest,
@@ -51,5 +53,13 @@ export type {
 // Telemetry options, and the messages of the 'idempotency-kit:event' and
 // 'idempotency-kit:store' diagnostics channels (docs/telemetry.md).
 export type { EventMessage, OpenTelemetryApi, StoreCallMessage, TelemetryOptions } from './telemetry.js';
+export {
+  inTransaction,
+  type TransactionalStore,
+  type TransactionClient,
+  type TransactionCompletion,
+  type TransactionOutcome,
+  type TransactionResponse,
+} from './transaction.js';
 // The package root also offers the URL resolver; the core modules above import no driver.
 export { createStore, type CreateStoreOptions } from '../drivers/create-store.js';

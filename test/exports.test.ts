@@ -12,11 +12,13 @@ const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as {
 };
 
 const expected: Record<string, string[]> = {
-  '.': ['createStore', 'createIdempotency', 'idempotent', 'isIdempotencyError', 'IdempotencyError', 'IdempotencyMismatchError', 'IdempotencyConflictError'],
+  '.': ['createStore', 'createIdempotency', 'idempotent', 'isIdempotencyError', 'IdempotencyError', 'IdempotencyMismatchError', 'IdempotencyConflictError', 'inTransaction', 'LeaseLostError', 'TransactionConflictError'],
   './node': ['withIdempotency'],
   './express': ['idempotency'],
   './fastify': ['idempotency'],
   './koa': ['idempotency'],
+  './fetch': ['withIdempotency'],
+  './hono': ['idempotency'],
   './drivers/memory': ['memoryStore'],
   './drivers/redis': ['redisStore'],
   './drivers/postgres': ['postgresStore'],
@@ -51,6 +53,7 @@ describe('package exports', () => {
         'BodyTooLargeError', 'Idempotency', 'IdempotencyConflictError', 'IdempotencyError', 'IdempotencyKeyError',
         'IdempotencyMismatchError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
         'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'isIdempotencyError',
+        'inTransaction', 'LeaseLostError', 'TransactionConflictError',
       ].sort(),
     );
     expect(keys('./node')).toEqual(['withIdempotency']);
@@ -91,7 +94,7 @@ describe('package exports', () => {
       ) as string[];
     const clients = { redis: '/node_modules/@redis/', postgres: '/node_modules/pg/', sqlite: '/node_modules/sqlite3/' };
     const uses = (files: string[], client: string) => files.some((f) => f.includes(client));
-    for (const sub of ['.', './node', './express', './fastify', './koa', './drivers/memory', './client', './client/got', './client/ky']) {
+    for (const sub of ['.', './node', './express', './fastify', './koa', './fetch', './hono', './drivers/memory', './client', './client/got', './client/ky']) {
       const files = loaded(sub);
       for (const client of Object.values(clients)) expect(uses(files, client), `${sub} loads ${client}`).toBe(false);
     }

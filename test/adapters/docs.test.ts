@@ -17,12 +17,13 @@ const root = fileURLToPath(new URL('../../', import.meta.url));
 const dir = join(root, 'node_modules', '.cache', `idempotency-docs-${randomUUID().slice(0, 8)}`);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-/** The page's first ts block under "## Example", with the package imports pointed at the sources. */
-function example(adapter: string): string {
+/** The page's first ts block under `heading`, with the package imports pointed at the sources. */
+function example(adapter: string, heading = '## Example'): string {
   const page = readFileSync(join(root, 'docs', 'adapters', `${adapter}.md`), 'utf8');
-  const section = page.slice(page.indexOf('## Example'));
-  const code = /```ts\n([\s\S]*?)```/.exec(section)?.[1];
-  if (!code) throw new Error(`docs/adapters/${adapter}.md has no ts block under "## Example"`);
+  const at = page.indexOf(`${heading}\n`);
+  if (at === -1) throw new Error(`docs/adapters/${adapter}.md has no "${heading}" section`);
+  const code = /```ts\n([\s\S]*?)```/.exec(page.slice(at))?.[1];
+  if (!code) throw new Error(`docs/adapters/${adapter}.md has no ts block under "${heading}"`);
   // The package is not installed under its own name here: its sources stand in for it.
   return code
     .replace(/from 'idempotency-kit'/g, `from ${JSON.stringify(join(root, 'src', 'index.ts'))}`)
@@ -59,7 +60,7 @@ async function untilListening(port: number, exited: () => string | undefined): P
 const { IDEMPOTENCY_STORE: _ignored, ...inheritedEnv } = process.env;
 
 describe('docs/adapters: the example on each page runs as written', () => {
-  for (const adapter of ['node', 'express', 'fastify', 'koa']) {
+  for (const adapter of ['node', 'express', 'fastify', 'koa', 'fetch', 'hono']) {
     it(`docs/adapters/${adapter}.md: H6 H7 H2 H15 in a copied server`, async () => {
       mkdirSync(dir, { recursive: true });
       // .mts: outside a "type": "module" package scope a .ts file would load as CommonJS.
@@ -96,4 +97,38 @@ describe('docs/adapters: the example on each page runs as written', () => {
       }
     });
   }
+
+  it('docs/adapters/fetch.md: the Next.js route handler, called as Next.js calls it (request, { params })', async () => {
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, 'route.mts'), example('fetch', '## Next.js route handler'));
+    // What Next.js does with app/orders/route.ts: import it and call its POST per request.
+    writeFileSync(
+      join(dir, 'next-runner.mts'),
+      `import { POST } from './route.mts';
+      const order = (key?: string, account?: string) => new Request('http://localhost/orders', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}), ...(account ? { 'x-account-id': account } : {}) },
+        body: JSON.stringify({ sku: 'A1' }),
+      });
+      const context = { params: Promise.resolve({}) };
+      const out = [];
+      for (const [key, account] of [['8e03978e'], ['8e03978e'], [], ['8e03978e', 'acct_2']]) {
+        const response = await POST(order(key, account), context);
+        out.push({ status: response.status, replayed: response.headers.get('idempotent-replayed'), location: response.headers.get('location'), body: await response.json() });
+      }
+      console.log(JSON.stringify(out));`,
+    );
+    const child = spawn(process.execPath, ['--import', 'tsx', join(dir, 'next-runner.mts')], { cwd: root, env: inheritedEnv });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk) => (stdout += chunk));
+    child.stderr.on('data', (chunk) => (stderr += chunk));
+    const code = await new Promise((resolve) => child.once('exit', resolve));
+    expect(code, stderr).toBe(0);
+    const [first, again, keyless, other] = JSON.parse(stdout.trim().split('\n').at(-1)!);
+    expect(first).toEqual({ status: 201, replayed: null, location: '/orders/1', body: { id: 1, sku: 'A1' } });
+    expect(again).toEqual({ ...first, replayed: 'true' });
+    expect(keyless).toMatchObject({ status: 400, body: { code: 'key-missing' } });
+    expect(other).toMatchObject({ status: 201, replayed: null, body: { id: 2, sku: 'A1' } });
+  });
 });

@@ -121,6 +121,60 @@ const builds: Record<string, Build> = {
     });
     return http.createServer(app.callback());
   },
+  async 'hono + hono/jwt'(options, executions) {
+    const { Hono } = await import('hono');
+    const { jwt: honoJwt } = await import('hono/jwt');
+    const { createAdaptorServer } = await import('@hono/node-server');
+    const { idempotency } = await import('../../adapters/hono.js');
+    const app = new Hono();
+    const verify = honoJwt({ secret: SECRET, alg: 'HS256' });
+    // Optional authentication: hono/jwt answers 401 without a token, so it runs only with one.
+    app.use((c, next) => (c.req.header('authorization') ? verify(c, next) : next()));
+    app.use(idempotency({ store: memoryStore(), ...options } as never));
+    app.post('/pay', (c) => {
+      const payer = (c.get('jwtPayload') as { sub?: string } | undefined)?.sub ?? 'anonymous';
+      executions.push(payer);
+      return c.json({ payer, n: executions.length }, 201);
+    });
+    return createAdaptorServer({ fetch: app.fetch }) as http.Server;
+  },
+  async "hono + session-style c.set('user')"(options, executions) {
+    const { Hono } = await import('hono');
+    const { createAdaptorServer } = await import('@hono/node-server');
+    const { idempotency } = await import('../../adapters/hono.js');
+    const app = new Hono<{ Variables: { user: { id: string } | undefined } }>();
+    // What session middleware (Better Auth's Hono example, for one) leaves: a user with an id.
+    app.use(async (c, next) => {
+      const header = c.req.header('authorization');
+      c.set('user', header ? { id: (jwt.verify(header.slice(7), SECRET) as { sub: string }).sub } : undefined);
+      await next();
+    });
+    app.use(idempotency({ store: memoryStore(), ...options } as never));
+    app.post('/pay', (c) => {
+      const payer = c.get('user')?.id ?? 'anonymous';
+      executions.push(payer);
+      return c.json({ payer, n: executions.length }, 201);
+    });
+    return createAdaptorServer({ fetch: app.fetch }) as http.Server;
+  },
+  async 'fetch handler + scope from its own auth'(options, executions) {
+    const { withIdempotency } = await import('../../adapters/fetch.js');
+    const { fetchServer } = await import('./fetch-server.js');
+    const principal = (request: Request) => {
+      const header = request.headers.get('authorization');
+      return header ? (jwt.verify(header.slice(7), SECRET) as { sub: string }).sub : undefined;
+    };
+    // The fetch API has no convention: the scope is always written out.
+    const handler = withIdempotency(
+      async (request: Request) => {
+        const payer = principal(request) ?? 'anonymous';
+        executions.push(payer);
+        return Response.json({ payer, n: executions.length }, { status: 201 });
+      },
+      { store: memoryStore(), scope: principal, ...options } as never,
+    );
+    return fetchServer(handler);
+  },
   async 'node http + scope from its own auth'(options, executions) {
     const { withIdempotency } = await import('../../adapters/node.js');
     const principal = (req: http.IncomingMessage) => {
@@ -180,7 +234,7 @@ describe.each(Object.keys(builds))('%s', (name) => {
     expect(server.executions).toEqual(['carol']);
   });
 
-  if (!name.startsWith('node')) {
+  if (!name.startsWith('node') && !name.startsWith('fetch')) {
     it('security: no scope option and no authenticated user -> 500 scope-required saying what to write; nothing runs or is stored', async () => {
       const server = await start(name);
       const reply = await pay(server, 'order-3003', {});
@@ -208,6 +262,13 @@ describe('adapters without a user convention', () => {
     const { withIdempotency } = await import('../../adapters/node.js');
     expect(() => withIdempotency(() => undefined, { store: memoryStore() })).toThrow(
       /Expected `scope`.*scope: \(req\) => req\.user\.id.*scope: 'shared'/,
+    );
+  });
+
+  it('security: a fetch handler without `scope` refuses to start, and the error says what to write', async () => {
+    const { withIdempotency } = await import('../../adapters/fetch.js');
+    expect(() => withIdempotency(async () => new Response(), { store: memoryStore() })).toThrow(
+      /Expected `scope`.*scope: \(request\) =>.*scope: 'shared'/,
     );
   });
 

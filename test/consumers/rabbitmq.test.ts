@@ -244,7 +244,12 @@ describe.skipIf(!available)('RabbitMQ consumers over a shared store', () => {
         seconds: (Date.now() - started) / 1000,
       };
       console.log(`rabbitmq consumers (store ${new URL(STORE_URL).protocol}):`, JSON.stringify(figures));
-      const problems = all.filter((l) => l.ev === 'worker-error' || l.ev === 'idempotency-event');
+      // A store call slower than storeTimeoutMs (a loaded machine) is a retryable error: the
+      // message is requeued and its redelivery settles it, which the counts below prove.
+      // Anything else (a lost lease, a worker error) is a problem.
+      const storeTimeouts = all.filter((l) => l.ev === 'idempotency-event' && l.type === 'store-error' && /store-unavailable|unavailable/i.test(String(l.error)));
+      if (storeTimeouts.length > 0) console.log(`rabbitmq consumers: ${storeTimeouts.length} store calls timed out and were redelivered`);
+      const problems = all.filter((l) => (l.ev === 'worker-error' || l.ev === 'idempotency-event') && !storeTimeouts.includes(l));
       expect(problems).toEqual([]);
 
       // The claim: exactly one effect per message, despite everything below.

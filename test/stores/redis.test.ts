@@ -181,7 +181,7 @@ describe.skipIf(!available)('redis store specifics', () => {
   });
 
   it('rejects bad options with precise TypeErrors', () => {
-    expect(() => redisStore({ url: 'http://x' })).toThrow('Expected `url` to start with redis:// or rediss://, got "http://x"');
+    expect(() => redisStore({ url: 'http://x' })).toThrow('Expected `url` to start with redis://, rediss://, redis+cluster:// or redis+sentinel://, got "http://x"');
     expect(() => redisStore({ url: 'redis://127.0.0.1:6379/db' })).toThrow(/database number/);
     expect(() => redisStore({ timeoutMs: -1 })).toThrow('Expected `timeoutMs` to be a positive integer, got -1');
     expect(() => redisStore({ namespace: '' })).toThrow('Expected `namespace` to be a non-empty string, got ""');

@@ -1,0 +1,89 @@
+/**
+ * Hono adapter: `idempotency(options)` middleware for Hono 4, app-wide or per route, on
+ * any runtime Hono runs on with a reachable store (Node with `@hono/node-server`, Bun, Deno).
+ * @module
+ * @example
+ * import { Hono } from 'hono';
+ * import { jwt } from 'hono/jwt';
+ * import { createStore } from 'idempotency-kit';
+ * import { idempotency } from 'idempotency-kit/hono';
+ *
+ * const app = new Hono();
+ * app.use('/orders/*', jwt({ secret: process.env.JWT_SECRET!, alg: 'HS256' }));
+ * // Each user's keys are their own (jwtPayload.sub); see `scope` to choose otherwise.
+ * app.use('/orders/*', idempotency({ store: createStore('redis://127.0.0.1:6379') }));
+ * app.post('/orders', async (c) => c.json({ id: 42, ...(await c.req.json()) }, 201));
+ */
+import type { Context, Env, MiddlewareHandler } from 'hono';
+import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
+import { abandonOnAbort, assertDeclaredLength, consumeBody, recordResponse, requestInfo, toResponse, withBody } from './web.js';
+
+/** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
+export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;
+
+/**
+ * Without `scope`: the principal Hono's auth middleware leaves on the context, the JWT
+ * middleware's `jwtPayload.sub` (hono/jwt, hono/jwk), else a `user` variable's `id` or
+ * `sub` (as session middleware such as Better Auth's examples set it).
+ */
+const honoDefaults: AdapterDefaults<Context> = {
+  name: 'idempotency-kit/hono',
+  principal: (c) => {
+    const payload = c.get('jwtPayload') as { sub?: unknown } | undefined;
+    return payload?.sub ?? userIdentity(c.get('user'));
+  },
+  principalSource: "c.get('jwtPayload').sub, c.get('user').id and c.get('user').sub",
+  scopeExample: "(c) => c.get('jwtPayload').sub",
+};
+
+/**
+ * Protect the handlers after it. Place it after authentication (the key space is the
+ * authenticated principal's unless `scope` says otherwise) and before the handlers; a
+ * validator before it is fine too (the layer then fingerprints the body Hono kept). Errors
+ * the handlers throw release the key (a retry runs again) whatever `app.onError` answers.
+ */
+export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions<E> | Idempotency<Context<E>>): MiddlewareHandler<E> {
+  const layer = options instanceof Idempotency ? options : new Idempotency<Context<E>>(options, honoDefaults as AdapterDefaults<Context<E>>);
+
+  return async function idempotency(c, next) {
+    if (!layer.covers(c.req.method)) return next();
+    const request = c.req.raw;
+    let consumed: Uint8Array | undefined;
+    const readBody = async (): Promise<Uint8Array> => {
+      if (request.bodyUsed) {
+        // Read before us (a validator): Hono keeps the body; count it by its declared length.
+        assertDeclaredLength(request.headers, layer.maxBodyBytes);
+        return new Uint8Array(await c.req.arrayBuffer());
+      }
+      // The request itself, through the server's fast path (a clone would build a second
+      // body stream); the handlers get a request with the same bytes.
+      return (consumed = await consumeBody(request, layer.maxBodyBytes));
+    };
+    const decision = await layer.begin(requestInfo(request, layer, c, readBody));
+    if (consumed !== undefined && decision.type !== 'respond') c.req.raw = withBody(request, consumed);
+    if (decision.type === 'respond') return toResponse(decision.response);
+    if (decision.type === 'pass') return next();
+    const { claim } = decision;
+    const { signal } = request;
+    abandonOnAbort(signal, claim);
+    try {
+      await next();
+    } catch (error) {
+      // Only without an error handler in the chain: Hono normally catches it first (below).
+      await claim.fail(error);
+      throw error;
+    }
+    if (c.error !== undefined) {
+      // A handler threw and `app.onError` (or Hono's default) answered: release, whatever
+      // status it chose.
+      await claim.fail(c.error);
+      return;
+    }
+    const recorded = await recordResponse(c.res, claim, signal);
+    // Cleared first: assigning over a response merges the old one's headers into the new.
+    c.res = undefined;
+    c.res = recorded;
+  };
+}
+
+export default idempotency;

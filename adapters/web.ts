@@ -1,0 +1,305 @@
+/**
+ * Fetch-API plumbing shared by the fetch and Hono adapters: read a `Request` body within
+ * a limit, describe a `Request` to the HTTP layer, answer with a `Response`, and record a
+ * handler's `Response` on its way out. Internal (not a package sub-path). Web standards
+ * only, so that it runs on Node, Bun and Deno alike.
+ * @module
+ */
+import { BodyTooLargeError } from '../src/errors.js';
+import type { CapturedResponse, HttpClaim, HttpRequestInfo, Idempotency } from '../src/http.js';
+import type { HttpResponse } from '../src/problem.js';
+
+const EMPTY = new Uint8Array(0);
+
+/** Statuses whose Response must not have a body (the Response constructor throws). */
+const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
+
+function concat(chunks: Uint8Array[], size: number): Uint8Array {
+  if (chunks.length === 1) return chunks[0]!;
+  const out = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return out;
+}
+
+/** A declared Content-Length over `limit` is refused before a byte is read (413). */
+export function assertDeclaredLength(headers: Headers, limit: number): void {
+  const declared = Number(headers.get('content-length') ?? undefined);
+  if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
+}
+
+/**
+ * Read a body stream whole, up to `limit` bytes. Over it: with `onOverflow: 'throw'`,
+ * BodyTooLargeError (413); with `'null'`, `null`. Either way the rest is left unread
+ * (the stream is cancelled).
+ */
+async function readStream(stream: ReadableStream<Uint8Array>, limit: number, onOverflow: 'throw' | 'null'): Promise<Uint8Array | null> {
+  const reader = stream.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return concat(chunks, size);
+    size += value.byteLength;
+    if (size > limit) {
+      reader.cancel().catch(() => undefined);
+      if (onOverflow === 'throw') throw new BodyTooLargeError(limit);
+      return null;
+    }
+    chunks.push(value);
+  }
+}
+
+/**
+ * Read `request`'s body, consuming it, up to `limit` bytes (beyond it, BodyTooLargeError:
+ * 413). A declared Content-Length without Transfer-Encoding is the body's exact size (an
+ * HTTP/1.1 server reads no more), so such a body is read whole through the runtime's own
+ * fast path (`arrayBuffer()`); a chunked one is read as a stream and counted.
+ */
+export async function consumeBody(request: Request, limit: number): Promise<Uint8Array> {
+  const method = request.method;
+  if (method === 'GET' || method === 'HEAD') return EMPTY;
+  const length = request.headers.get('content-length');
+  const declared = length === null ? Number.NaN : Number(length);
+  if (declared > limit) throw new BodyTooLargeError(limit);
+  if (Number.isFinite(declared) && !request.headers.has('transfer-encoding')) {
+    return declared === 0 ? EMPTY : new Uint8Array(await request.arrayBuffer());
+  }
+  if (request.body === null) return EMPTY;
+  return (await readStream(request.body, limit, 'throw'))!;
+}
+
+/**
+ * The request's body bytes, up to `limit`, leaving the request itself unread: a clone is
+ * read, so the handler gets the very object it would have got (a Next.js `NextRequest`
+ * keeps its `nextUrl` and `cookies`) and reads the same bytes.
+ */
+export async function readRequestBody(request: Request, limit: number): Promise<Uint8Array> {
+  assertDeclaredLength(request.headers, limit);
+  if (request.body === null) return EMPTY;
+  return consumeBody(request.clone(), limit);
+}
+
+/**
+ * A request like `request` whose body is `bytes`, for handlers that read a request whose
+ * body was consumed (Hono's `c.req.raw`, which handlers pass on to tRPC, auth libraries...).
+ */
+export function withBody(request: Request, bytes: Uint8Array): Request {
+  const method = request.method;
+  const body = bytes.byteLength === 0 || method === 'GET' || method === 'HEAD' ? null : bytes;
+  return new Request(request.url, { method, headers: request.headers, body: body as ResponseBody, signal: request.signal });
+}
+
+/** A flat record of the headers (repeated lines joined with ", ", as `Headers` keeps them). */
+export function headersRecord(headers: Headers): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  headers.forEach((value, name) => {
+    out[name] = value;
+  });
+  // forEach joins Set-Cookie lines with ", ", which breaks cookies that hold a date.
+  const cookies = typeof headers.getSetCookie === 'function' ? headers.getSetCookie() : [];
+  if (cookies.length > 1) out['set-cookie'] = cookies;
+  return out;
+}
+
+/** The request target (path and query) of an absolute URL. */
+export function requestTarget(url: string): string {
+  const hash = url.indexOf('#');
+  const end = hash === -1 ? url.length : hash;
+  const scheme = url.indexOf('://');
+  const slash = url.indexOf('/', scheme === -1 ? 0 : scheme + 3);
+  if (slash === -1 || slash > end) {
+    const query = url.indexOf('?');
+    return query === -1 || query > end ? '/' : `/${url.slice(query, end)}`;
+  }
+  return url.slice(slash, end);
+}
+
+/**
+ * What the HTTP layer needs to know about a `Request`. The key header's repeated lines
+ * arrive joined with ", " (that is how `Headers` keeps them), which the key parser refuses
+ * as several values, as it refuses repeated lines elsewhere.
+ */
+export function requestInfo<Raw>(
+  request: Request,
+  layer: Idempotency<Raw>,
+  raw: Raw,
+  body: () => Promise<unknown>,
+): HttpRequestInfo<Raw> {
+  return {
+    method: request.method,
+    url: requestTarget(request.url),
+    headers: headersRecord(request.headers),
+    keyHeaderLines: request.headers.get(layer.headerName) ?? undefined,
+    body,
+    raw,
+  };
+}
+
+/** A replay or a problem as a `Response`. */
+export function toResponse(response: HttpResponse): Response {
+  // A plain object (servers copy it faster than a Headers); a repeated header is joined
+  // with ", ", which HTTP allows for every header that is replayed (never Set-Cookie).
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(response.headers)) headers[name] = Array.isArray(value) ? value.join(', ') : value;
+  const body = NULL_BODY_STATUSES.has(response.status) ? null : response.body;
+  return new Response(body as ResponseBody, { status: response.status, headers });
+}
+
+type Head = Omit<CapturedResponse, 'body'>;
+type ResponseBody = ConstructorParameters<typeof Response>[0];
+type Read = Awaited<ReturnType<ReadableStreamDefaultReader<Uint8Array>['read']>>;
+
+/** The response body as recorded so far: at most `maxResponseBytes`, then only counted. */
+class Recording {
+  chunks: Uint8Array[] = [];
+  size = 0;
+  overflow = false;
+  constructor(readonly limit: number) {}
+  add(chunk: Uint8Array): void {
+    if (this.overflow) return;
+    this.size += chunk.byteLength;
+    if (this.size > this.limit) {
+      this.overflow = true;
+      this.chunks = [];
+    } else this.chunks.push(chunk);
+  }
+  /** The whole body, or `null` when it was over the limit (stored without a body). */
+  body(): Uint8Array | null {
+    return this.overflow ? null : concat(this.chunks, this.size);
+  }
+}
+
+const NOT_YET = Symbol('not yet');
+
+/**
+ * Read what the body has ready within one turn of the event loop. A body made from a
+ * string, bytes or a Blob is whole by then, so it is stored before the response goes out
+ * and sent as plain bytes; a body still being produced (a stream) is not, and is recorded
+ * as it streams (`streamOn`). With `untilEnd` (the client is gone: no one will read the
+ * body) it reads to the end, or until the body is over the limit.
+ */
+async function readReady(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  recording: Recording,
+  untilEnd: boolean,
+): Promise<{ done: boolean; sent: Uint8Array[]; pending?: Promise<Read> }> {
+  const sent: Uint8Array[] = [];
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const turn = untilEnd ? undefined : new Promise<typeof NOT_YET>((resolve) => (timer = setTimeout(resolve, 0, NOT_YET)));
+  try {
+    for (;;) {
+      const pending = reader.read();
+      const result = turn ? await Promise.race([pending, turn]) : await pending;
+      if (result === NOT_YET) return { done: false, sent, pending };
+      if (result.done) return { done: true, sent };
+      sent.push(result.value);
+      recording.add(result.value); // no one else has seen this chunk yet: no copy
+      if (recording.overflow) return { done: false, sent };
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Pass the rest of the body on chunk by chunk while recording it, and end it only once
+ * the response is stored (or released), so that a client which has seen the whole
+ * response always gets the replay on retry. Not `tee()`: a branch nobody reads would
+ * buffer without bound, and a tee cannot hold back the end. Over `maxResponseBytes` the
+ * record completes without a body; a failing source releases the claim (as a thrown error
+ * does); a reader that goes away first (the client disconnected) completes it without a
+ * body: the handler did run, so a retry must not run it again.
+ */
+function streamOn(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  claim: HttpClaim,
+  head: Head,
+  recording: Recording,
+  sent: Uint8Array[],
+  pending: Promise<Read> | undefined,
+): ReadableStream<Uint8Array> {
+  let settled = false;
+  const settle = (outcome: () => Promise<void>): Promise<void> => {
+    if (settled) return Promise.resolve();
+    settled = true;
+    return outcome();
+  };
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        if (sent.length > 0) {
+          controller.enqueue(sent.shift()!);
+          return;
+        }
+        let result: Read;
+        try {
+          result = await (pending ?? reader.read());
+        } catch (error) {
+          await settle(() => claim.fail(error));
+          controller.error(error);
+          return;
+        } finally {
+          pending = undefined;
+        }
+        if (result.done) {
+          await settle(() => claim.finish({ ...head, body: recording.body() }));
+          controller.close();
+          return;
+        }
+        recording.add(result.value.slice()); // a copy: the consumer may reuse the buffer
+        controller.enqueue(result.value);
+      },
+      async cancel(reason) {
+        void settle(() => claim.finish({ ...head, body: null }));
+        await reader.cancel(reason);
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+/**
+ * Record the handler's response for replay and return the one to send (see `readReady`
+ * and `streamOn`). When the client has already gone (`signal` aborted), the body is read
+ * here, so that the answer is still stored and a retry replays it.
+ */
+export async function recordResponse(response: Response, claim: HttpClaim, signal: AbortSignal | undefined): Promise<Response> {
+  // Not `instanceof`: a server may swap in its own Response class (@hono/node-server does).
+  if (typeof response !== 'object' || response === null || typeof (response as Response).status !== 'number' || !('body' in response)) {
+    const error = new TypeError(`Expected the handler to return a Response, got ${response === null ? 'null' : typeof response}`);
+    await claim.fail(error);
+    throw error;
+  }
+  const head: Head = { status: response.status, headers: headersRecord(response.headers) };
+  if (response.body === null) {
+    await claim.finish({ ...head, body: EMPTY });
+    return response;
+  }
+  const reader = response.body.getReader();
+  const recording = new Recording(claim.maxResponseBytes);
+  let ready;
+  try {
+    ready = await readReady(reader, recording, signal?.aborted === true);
+  } catch (error) {
+    await claim.fail(error);
+    throw error;
+  }
+  if (ready.done || (signal?.aborted && recording.overflow)) {
+    if (!ready.done) reader.cancel().catch(() => undefined);
+    const body = recording.body();
+    await claim.finish({ ...head, body });
+    return new Response(body as ResponseBody, response);
+  }
+  return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), response);
+}
+
+/** Stop renewing the claim's lease once the client is gone (the handler may still finish). */
+export function abandonOnAbort(signal: AbortSignal | undefined, claim: HttpClaim): void {
+  if (!signal) return;
+  if (signal.aborted) claim.abandon();
+  else signal.addEventListener('abort', () => claim.abandon(), { once: true });
+}

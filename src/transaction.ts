@@ -1,0 +1,137 @@
+/**
+ * Effect and record in one database transaction: the contract a store implements to run
+ * a handler inside a transaction of its own database and complete the record in that same
+ * transaction, and `inTransaction(req, work)` for HTTP handlers. Knows no database client.
+ * @module
+ * @example
+ * app.post('/orders', async (req, res) => {
+ *   const response = await inTransaction(req, async (client) => {
+ *     const { rows } = await client.query('INSERT INTO orders (sku) VALUES ($1) RETURNING id', [req.body.sku]);
+ *     return { status: 201, body: { id: rows[0].id } };
+ *   });
+ *   res.status(response.status).set(response.headers).send(Buffer.from(response.body));
+ * });
+ */
+import type { HttpResponse } from './problem.js';
+import type { IdempotencyStore, StoredResponse } from './store.js';
+
+/**
+ * The least a transaction's client offers (a `pg` client has it). Stores type the client
+ * they hand out more precisely, e.g. as the `PoolClient` of the application's own pool.
+ */
+export interface TransactionClient {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount?: number | null }>;
+}
+
+/** What a transaction must do with the record before it commits. */
+export interface TransactionCompletion<T> {
+  /** The storage key (hashed) and the claim's token: the record is completed only while this token owns it. */
+  key: string;
+  token: string;
+  /** How long the completed record is replayed, in ms. */
+  ttlMs: number;
+  /**
+   * The response to store for the value `work` returned. `undefined` rolls the
+   * transaction back (nothing is stored, the effect does not happen): the caller then
+   * releases the key.
+   */
+  response: (value: T) => StoredResponse | undefined;
+}
+
+export interface TransactionOutcome<T> {
+  value: T;
+  /** Whether the record was completed in the committed transaction. */
+  stored: boolean;
+}
+
+/**
+ * A store whose records live in a database that can also hold the application's data
+ * (PostgreSQL). `transaction(work, completion)` opens a transaction, runs `work` with its
+ * client, completes the record (fenced by the token) and commits: the effect and the
+ * stored result commit together or not at all.
+ *
+ * It throws `work`'s own error after rolling back; `LeaseLostError` when the token no
+ * longer owns the record (rolled back); `TransactionConflictError` when serialization
+ * failures or deadlocks outlast the retries; `StoreUnavailableError` when the database
+ * failed (connect, the completion or COMMIT), after making sure the commit did not land.
+ */
+export interface TransactionalStore<Client = TransactionClient> extends IdempotencyStore {
+  transaction<T>(work: (client: Client) => Promise<T>, completion?: TransactionCompletion<T>): Promise<TransactionOutcome<T>>;
+}
+
+export function isTransactionalStore(store: IdempotencyStore): store is TransactionalStore<unknown> {
+  return typeof (store as Partial<TransactionalStore<unknown>>).transaction === 'function';
+}
+
+/** The response a handler returns from `inTransaction`: stored in the transaction, then sent. */
+export interface TransactionResponse {
+  status: number;
+  headers?: Record<string, string | string[]>;
+  /** Bytes and strings are sent as they are; anything else as JSON (`content-type: application/json`). */
+  body?: unknown;
+}
+
+/** How the HTTP layer runs `inTransaction` for one request (set by the middleware). */
+export type RequestTransaction = (work: (client: unknown) => Promise<HttpResponse>) => Promise<HttpResponse>;
+
+const requestTransactions = new WeakMap<object, RequestTransaction>();
+
+/** Called by the HTTP layer for every request it lets through to a handler. */
+export function registerRequestTransaction(raw: unknown, run: RequestTransaction): void {
+  if (typeof raw === 'object' && raw !== null) requestTransactions.set(raw, run);
+}
+
+/** The response as it is stored and sent: body bytes, and a content type for JSON or text. */
+export function toHttpResponse(response: TransactionResponse): HttpResponse {
+  if (typeof response !== 'object' || response === null || !Number.isInteger(response.status)) {
+    throw new TypeError(`Expected the transaction's work to return { status, headers?, body? }, got ${String(response)}`);
+  }
+  const headers: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(response.headers ?? {})) headers[name.toLowerCase()] = value;
+  const { body } = response;
+  let bytes: Uint8Array;
+  if (body === undefined || body === null) bytes = new Uint8Array();
+  else if (body instanceof Uint8Array) bytes = body;
+  else if (typeof body === 'string') {
+    bytes = new Uint8Array(Buffer.from(body));
+    headers['content-type'] ??= 'text/plain; charset=utf-8';
+  } else {
+    bytes = new Uint8Array(Buffer.from(JSON.stringify(body)));
+    headers['content-type'] ??= 'application/json; charset=utf-8';
+  }
+  return { status: response.status, headers, body: bytes };
+}
+
+/**
+ * Run `work` in a transaction on the idempotency store's database and store the response
+ * it returns in that same transaction, so the business writes and the stored response
+ * commit together or not at all. Send the response this returns: it is the one committed,
+ * and the one every retry with the same key replays.
+ *
+ * `req` is what the handler got from its framework: Express and Node `req`, Fastify
+ * `request`, Koa `ctx`. The store must run transactions (`postgresStore({ url })` or
+ * `postgresStore({ pool })`).
+ *
+ * - `work` throws: rolled back, the key is released (a retry runs again), the error is rethrown;
+ * - the status is not stored (5xx, 401, 403, 408, 425, 429 by default): rolled back, the key released, the response returned;
+ * - the lease ended before the commit (another request took the key over): rolled back, `LeaseLostError` (409);
+ * - serialization failure or deadlock: `work` runs again in a new transaction (bounded),
+ *   then `TransactionConflictError` (409).
+ *
+ * Without a key on a route where keys are optional, `work` runs in a plain transaction.
+ * Call it once per request. See docs/transactions.md.
+ */
+export async function inTransaction<C = TransactionClient>(
+  req: object,
+  work: (client: C) => Promise<TransactionResponse>,
+): Promise<HttpResponse> {
+  const run = typeof req === 'object' && req !== null ? requestTransactions.get(req) : undefined;
+  if (!run) {
+    throw new TypeError(
+      'inTransaction(req) found no idempotency middleware for this request: pass the request object your handler got ' +
+        '(Express / Node `req`, Fastify `request`, Koa `ctx`) on a route the middleware covers (POST, PATCH by default)',
+    );
+  }
+  return run(async (client) => toHttpResponse(await work(client as C)));
+}

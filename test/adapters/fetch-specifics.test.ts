@@ -1,0 +1,251 @@
+/**
+ * What the conformance table cannot show for the fetch and Hono adapters: what the handler
+ * receives, the platform's extra arguments, a body read before the Hono middleware, scope
+ * from Hono's context, per-route use, and a handler that returns no Response. In process:
+ * the wrapped function and `app.request()` are called directly, as a platform calls them.
+ */
+import { randomUUID } from 'node:crypto';
+import { Hono, type Context } from 'hono';
+import { describe, expect, it } from 'vitest';
+import { memoryStore } from '../../drivers/memory.js';
+import { withIdempotency } from '../../adapters/fetch.js';
+import { idempotency } from '../../adapters/hono.js';
+import { requestTarget } from '../../adapters/web.js';
+import type { IdempotencyEvent } from '../../src/engine.js';
+
+const post = (path: string, key: string | undefined, body: unknown, headers: Record<string, string> = {}) =>
+  new Request(`http://localhost${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key ? { 'idempotency-key': key } : {}), ...headers },
+    body: JSON.stringify(body),
+  });
+
+class PlatformRequest extends Request {
+  readonly nextUrl = new URL(this.url);
+}
+
+describe('fetch adapter specifics', () => {
+  it('H6: the handler gets the very request object, unread, and the platform\'s other arguments', async () => {
+    const seen: unknown[] = [];
+    const handler = withIdempotency(
+      async (request: PlatformRequest, context: { params: { id: string } }) => {
+        seen.push(request, context, request.nextUrl.pathname, await request.json());
+        return Response.json({ ok: true }, { status: 201 });
+      },
+      { store: memoryStore(), scope: 'shared' },
+    );
+    const request = new PlatformRequest(post('/orders/7', randomUUID(), { sku: 'A1' }));
+    const context = { params: { id: '7' } };
+    const response = await handler(request, context);
+    expect(response.status).toBe(201);
+    expect(seen).toEqual([request, context, '/orders/7', { sku: 'A1' }]);
+    expect(seen[0]).toBe(request);
+  });
+
+  it('H10: a handler that returns no Response releases the key and throws a TypeError', async () => {
+    const events: IdempotencyEvent[] = [];
+    const handler = withIdempotency(async () => ({ status: 'not a response' }) as unknown as Response, {
+      store: memoryStore(),
+      scope: 'shared',
+      onEvent: (e) => events.push(e),
+    });
+    await expect(handler(post('/x', 'k1', {}))).rejects.toThrow(/Expected the handler to return a Response, got object/);
+    expect(events.map((e) => e.type)).toEqual(['claimed', 'released']);
+  });
+
+  it('H13: a client gone before the answer: the body is read here and stored, so the retry replays', async () => {
+    let runs = 0;
+    const store = memoryStore();
+    const handler = withIdempotency(
+      async () => {
+        runs++;
+        return new Response(new Blob(['created']).stream(), { status: 201, headers: { 'content-type': 'text/plain' } });
+      },
+      { store, scope: 'shared' },
+    );
+    const controller = new AbortController();
+    controller.abort();
+    const key = randomUUID();
+    const first = await handler(new Request(post('/x', key, {}), { signal: controller.signal }));
+    expect(await first.text()).toBe('created');
+    const retry = await handler(post('/x', key, {}));
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(await retry.text()).toBe('created');
+    expect(runs).toBe(1);
+  });
+
+  it('H12: a reader that cancels mid-stream completes the record without a body: 409, never a second run', async () => {
+    let runs = 0;
+    const handler = withIdempotency(
+      async () => {
+        runs++;
+        const stream = new ReadableStream<Uint8Array>({
+          pull: (controller) => controller.enqueue(new TextEncoder().encode('tick;')), // endless
+        });
+        return new Response(stream, { status: 200 });
+      },
+      { store: memoryStore(), scope: 'shared' },
+    );
+    const key = randomUUID();
+    const reader = (await handler(post('/ticks', key, {}))).body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    const retry = await handler(post('/ticks', key, {}));
+    expect(retry.status).toBe(409);
+    expect(((await retry.json()) as { code: string }).code).toBe('response-not-replayable');
+    expect(runs).toBe(1);
+  });
+
+  it('body-too-large: a chunked body (no Content-Length) is counted: 413 over the limit, the same bytes under it', async () => {
+    const handler = withIdempotency(async (request: Request) => new Response(await request.text(), { status: 201 }), {
+      store: memoryStore(),
+      scope: 'shared',
+      maxBodyBytes: 64,
+    });
+    const chunked = (text: string) =>
+      new Request('http://localhost/echo', {
+        method: 'POST',
+        headers: { 'idempotency-key': randomUUID() },
+        body: new Blob([text]).stream(),
+        duplex: 'half',
+      } as RequestInit);
+    expect(await (await handler(chunked('y'.repeat(64)))).text()).toBe('y'.repeat(64));
+    expect((await handler(chunked('y'.repeat(65)))).status).toBe(413);
+  });
+
+  it('rejects a handler that is not a function', () => {
+    expect(() => withIdempotency(undefined as never, { store: memoryStore(), scope: 'shared' })).toThrow(/Expected `handler` to be a function/);
+  });
+
+  it('security: without `scope` it refuses to start (no user convention), and says what to write', () => {
+    expect(() => withIdempotency(async () => new Response(), { store: memoryStore() })).toThrow(
+      /Expected `scope`.*idempotency-kit\/fetch.*scope: \(request\) => .*scope: 'shared'/,
+    );
+  });
+
+  it('requestTarget: path and query of an absolute URL, without the fragment', () => {
+    expect(requestTarget('http://h:3000/a/b?x=1&y=2#frag')).toBe('/a/b?x=1&y=2');
+    expect(requestTarget('https://h/')).toBe('/');
+    expect(requestTarget('http://h?q=1')).toBe('/?q=1');
+  });
+});
+
+describe('Hono adapter specifics', () => {
+  it('H15: scope reads the principal from the context (c.get), set by authentication before it', async () => {
+    const app = new Hono<{ Variables: { jwtPayload: { sub: string } } }>();
+    let n = 0;
+    app.use(async (c, next) => {
+      c.set('jwtPayload', { sub: c.req.header('x-user') ?? 'nobody' });
+      await next();
+    });
+    app.use(idempotency({ store: memoryStore(), scope: (c) => (c.get('jwtPayload') as { sub: string }).sub }));
+    app.post('/orders', (c) => c.json({ n: ++n }, 201));
+    const key = randomUUID();
+    // Each body is read before the next request, as a server sends it: the record completes
+    // once the response has gone out.
+    const a = await (await app.request(post('/orders', key, {}, { 'x-user': 'alice' }))).json();
+    const b = await (await app.request(post('/orders', key, {}, { 'x-user': 'bob' }))).json();
+    const aAgain = await app.request(post('/orders', key, {}, { 'x-user': 'alice' }));
+    expect([a, b, await aAgain.json()]).toEqual([{ n: 1 }, { n: 2 }, { n: 1 }]);
+    expect(aAgain.headers.get('idempotent-replayed')).toBe('true');
+  });
+
+  it('H14: a body read before the middleware (a validator) is fingerprinted from what Hono kept', async () => {
+    const app = new Hono();
+    let n = 0;
+    app.use(async (c, next) => {
+      await c.req.json(); // as a validator does
+      await next();
+    });
+    app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+    app.post('/orders', async (c) => c.json({ n: ++n, body: await c.req.json() }, 201));
+    const key = randomUUID();
+    const first = await app.request(post('/orders', key, { a: 1, b: 2 }));
+    expect(await first.json()).toEqual({ n: 1, body: { a: 1, b: 2 } });
+    const reordered = await app.request(
+      new Request('http://localhost/orders', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
+        body: '{ "b": 2, "a": 1 }',
+      }),
+    );
+    expect(reordered.headers.get('idempotent-replayed')).toBe('true');
+    const other = await app.request(post('/orders', key, { a: 9 }));
+    expect(other.status).toBe(422);
+    expect(n).toBe(1);
+  });
+
+  it('per route: only the routes given the middleware are covered; the handler reads c.req.raw itself', async () => {
+    const app = new Hono();
+    const once = idempotency({ store: memoryStore(), scope: 'shared' });
+    let n = 0;
+    app.post('/payments', once, async (c) => c.json({ n: ++n, raw: await c.req.raw.text() }, 201));
+    app.post('/notes', (c) => c.json({ n: ++n }, 201));
+    const key = randomUUID();
+    const first = await app.request(post('/payments', key, { amount: 5 }));
+    expect(await first.json()).toEqual({ n: 1, raw: '{"amount":5}' });
+    expect((await app.request(post('/payments', key, { amount: 5 }))).headers.get('idempotent-replayed')).toBe('true');
+    expect((await app.request(post('/notes', undefined, {}))).status).toBe(201); // not covered: no key needed
+  });
+
+  it('body-too-large: a chunked body (no Content-Length) is counted as it is read: 413 over the limit, readable under it', async () => {
+    const app = new Hono();
+    app.use(idempotency({ store: memoryStore(), scope: 'shared', maxBodyBytes: 64 }));
+    app.post('/echo', async (c) => c.text(await c.req.raw.text(), 201));
+    const chunked = (text: string, key: string) =>
+      new Request('http://localhost/echo', {
+        method: 'POST',
+        headers: { 'content-type': 'text/plain', 'idempotency-key': key },
+        body: new Blob([text]).stream(),
+        duplex: 'half',
+      } as RequestInit);
+    const small = await app.request(chunked('x'.repeat(64), randomUUID()));
+    expect(small.status).toBe(201);
+    expect(await small.text()).toBe('x'.repeat(64));
+    const big = await app.request(chunked('x'.repeat(65), randomUUID()));
+    expect(big.status).toBe(413);
+    expect(((await big.json()) as { code: string }).code).toBe('body-too-large');
+  });
+
+  it('H10: an error answered by app.onError with a 4xx still releases the key', async () => {
+    const app = new Hono();
+    let runs = 0;
+    app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+    app.post('/fail', () => {
+      runs++;
+      throw new Error('nope');
+    });
+    app.onError((_error, c) => c.json({ error: 'bad' }, 400));
+    const key = randomUUID();
+    const replies = [await app.request(post('/fail', key, {})), await app.request(post('/fail', key, {}))];
+    expect(replies.map((r) => r.status)).toEqual([400, 400]);
+    expect(replies[1]!.headers.get('idempotent-replayed')).toBeNull();
+    expect(runs).toBe(2);
+  });
+
+  it('H11: headers set with c.header are replayed by the allow-list, cookies never', async () => {
+    const app = new Hono();
+    app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+    app.post('/orders', (c) => {
+      c.header('location', '/orders/1');
+      c.header('set-cookie', 'a=1');
+      c.header('set-cookie', 'b=2', { append: true });
+      return c.json({ id: 1 }, 201);
+    });
+    const key = randomUUID();
+    const first = await app.request(post('/orders', key, {}));
+    expect(first.headers.getSetCookie()).toEqual(['a=1', 'b=2']);
+    const firstText = await first.text();
+    const replay = await app.request(post('/orders', key, {}));
+    expect(replay.headers.get('location')).toBe('/orders/1');
+    expect(replay.headers.getSetCookie()).toEqual([]);
+    expect(await replay.text()).toBe(firstText);
+  });
+
+  it('a context type flows to scope', () => {
+    // Compile-time: `scope` receives Hono's Context.
+    const scope = (c: Context) => c.req.header('x-tenant');
+    expect(() => idempotency({ store: memoryStore(), scope })).not.toThrow();
+  });
+});

@@ -1,0 +1,3 @@
+import { conformance } from './conformance.js';
+
+await conformance('fetch');

@@ -1,0 +1,209 @@
+/**
+ * idempotency-kit/fetch on Bun and Deno: the built package (dist/) serves through the
+ * runtime's own server (Bun.serve, Deno.serve) with its own Request, Response and streams
+ * (./runtime-smoke.mjs); this side sends the requests over real sockets. Both runtimes
+ * come from the npm registry as dev dependencies (`bun`, `deno`; the binary is in their
+ * platform package). A runtime that is not installed here is skipped loudly; with CI set
+ * it fails, since `npm ci` installs both.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { expectProblem, send } from './client.js';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const SMOKE = fileURLToPath(new URL('./runtime-smoke.mjs', import.meta.url));
+const arch = process.arch === 'arm64' ? 'aarch64' : process.arch;
+
+/** The first candidate that runs `--version`: the npm bin (real once its postinstall ran), else the platform package's binary. */
+function findBinary(candidates: string[]): string | undefined {
+  for (const file of candidates) {
+    if (!existsSync(file) || statSync(file).size < 1_000_000) continue; // a placeholder, not the binary
+    if (spawnSync(file, ['--version'], { encoding: 'utf8' }).status === 0) return file;
+  }
+  return undefined;
+}
+
+const runtimes = {
+  bun: {
+    binary: findBinary([
+      join(root, 'node_modules/bun/bin/bun.exe'),
+      join(root, `node_modules/@oven/bun-${process.platform}-${arch}/bin/bun`),
+      join(root, `node_modules/@oven/bun-${process.platform}-${arch}-baseline/bin/bun`),
+    ]),
+    args: [SMOKE],
+  },
+  deno: {
+    binary: findBinary([
+      join(root, 'node_modules/deno/deno'),
+      join(root, `node_modules/@deno/${process.platform}-${process.arch === 'arm64' ? 'arm64' : 'x64'}-glibc/deno`),
+    ]),
+    args: ['run', '--allow-net', '--allow-env', '--allow-read', SMOKE],
+  },
+};
+
+function available(name: string, binary: string | undefined): boolean {
+  if (binary) return true;
+  const message = `${name} is not installed under node_modules (dev dependency \`${name}\`) or does not run here`;
+  if (process.env.CI) throw new Error(`${message} (CI is set: the runtime tests must run)`);
+  console.warn(`\n!!!!!!!! SKIPPING ${name.toUpperCase()} RUNTIME TESTS: ${message} !!!!!!!!\n`);
+  return false;
+}
+
+/** dist/ is what a user's runtime loads: it must be built from the current sources. */
+function assertFreshBuild(): void {
+  const built = join(root, 'dist/adapters/fetch.js');
+  if (!existsSync(built)) throw new Error('dist/ is missing: run `npx tsup` (npm test builds it first)');
+  const builtAt = statSync(built).mtimeMs;
+  for (const dir of ['src', 'adapters', 'drivers']) {
+    for (const file of readdirSync(join(root, dir))) {
+      if (file.endsWith('.ts') && statSync(join(root, dir, file)).mtimeMs > builtAt) {
+        throw new Error(`dist/ is older than ${dir}/${file}: run \`npx tsup\` (npm test builds it first)`);
+      }
+    }
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** The ts block under `heading` in docs/adapters/fetch.md, importing the package from dist/ (as installed). */
+function docsBlock(heading: string): string {
+  const page = readFileSync(join(root, 'docs/adapters/fetch.md'), 'utf8');
+  const code = /```ts\n([\s\S]*?)```/.exec(page.slice(page.indexOf(`${heading}\n`)))?.[1];
+  if (!code) throw new Error(`docs/adapters/fetch.md has no ts block under "${heading}"`);
+  return code
+    .replace(/from 'idempotency-kit'/g, `from ${JSON.stringify(join(root, 'dist/index.js'))}`)
+    .replace(/from 'idempotency-kit\/(\w+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'dist/adapters', `${name}.js`))}`);
+}
+const docsDir = join(root, 'node_modules', '.cache', `idempotency-runtimes-${randomUUID().slice(0, 8)}`);
+afterAll(() => rmSync(docsDir, { recursive: true, force: true }));
+
+/** Start `args` on the runtime and wait until it accepts connections on `port`. */
+async function startOn(binary: string, args: string[], port: number) {
+  const child = spawn(binary, args, { cwd: root, env: { ...process.env, NO_COLOR: '1', PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (chunk) => (output += chunk));
+  child.stderr.on('data', (chunk) => (output += chunk));
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}:\n${output}`);
+    const open = await new Promise<boolean>((resolve) => {
+      const socket = net.connect(port, '127.0.0.1');
+      socket.once('connect', () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.once('error', () => resolve(false));
+    });
+    if (open) return { child, output: () => output };
+    if (Date.now() > deadline) throw new Error(`not listening within 20 s:\n${output}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+const json = (body: unknown, key?: string, path = '/orders', headers?: Record<string, string>) => ({ path, key, body, headers });
+
+for (const [name, runtime] of Object.entries(runtimes)) {
+  describe.skipIf(!available(name, runtime.binary))(`idempotency-kit/fetch on ${name} (${name === 'bun' ? 'Bun.serve' : 'Deno.serve'})`, () => {
+    let url = '';
+    let output = '';
+    beforeAll(async () => {
+      assertFreshBuild();
+      const port = await freePort();
+      const child = spawn(runtime.binary!, [...runtime.args, String(port)], {
+        cwd: root,
+        env: { ...process.env, NO_COLOR: '1' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      child.stderr.on('data', (chunk) => (output += chunk));
+      await new Promise<void>((resolve, reject) => {
+        child.stdout.on('data', (chunk) => {
+          output += chunk;
+          if (output.includes(`listening ${name}`)) resolve();
+        });
+        child.once('exit', (code) => reject(new Error(`${name} exited with ${code}:\n${output}`)));
+      });
+      url = `http://127.0.0.1:${port}`;
+      return () => {
+        child.kill('SIGTERM');
+      };
+    });
+
+    it('H6 H7 H11: runs once, replays byte for byte with Idempotent-Replayed and Location, never Set-Cookie', async () => {
+      const first = await send(url, json({ sku: 'A1' }, `${name}-1`));
+      expect(first.status, output).toBe(201);
+      expect(first.json()).toEqual({ id: 1, sku: 'A1', runtime: name });
+      expect(first.headers['set-cookie']).toEqual(['s=1']);
+      const again = await send(url, json({ sku: 'A1' }, `${name}-1`));
+      expect(again.status).toBe(201);
+      expect(again.body.equals(first.body)).toBe(true);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.headers.location).toBe('/orders/1');
+      expect(again.headers['set-cookie']).toBeUndefined();
+    });
+
+    it('H2 H14 body-too-large: 400 without a key, 422 for another body, 413 over maxBodyBytes', async () => {
+      expectProblem(await send(url, json({ sku: 'A1' })), 400, 'key-missing');
+      await send(url, json({ sku: 'B1' }, `${name}-2`));
+      expectProblem(await send(url, json({ sku: 'B2' }, `${name}-2`)), 422, 'key-reused');
+      expectProblem(await send(url, json({ sku: 'x'.repeat(2000) }, `${name}-3`)), 413, 'body-too-large');
+    });
+
+    it('H9: 10 simultaneous identical requests run the handler once', async () => {
+      const replies = await Promise.all(Array.from({ length: 10 }, () => send(url, json({ sku: 'C1' }, `${name}-4`, '/slow'))));
+      expect(new Set(replies.map((r) => r.text)).size).toBe(1);
+      expect(replies.filter((r) => r.headers['idempotent-replayed'] === undefined)).toHaveLength(1);
+    });
+
+    it('H12: a ReadableStream body is recorded on its way out and replayed', async () => {
+      const first = await send(url, json({}, `${name}-5`, '/stream'));
+      expect(first.status).toBe(201);
+      expect(first.text).toMatch(/^chunk-1;chunk-2;id=\d+$/);
+      const replay = await send(url, json({}, `${name}-5`, '/stream'));
+      expect(replay.text).toBe(first.text);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+    });
+
+    it.runIf(name === 'bun')('docs/adapters/fetch.md: the Bun.serve example runs as written (H6 H7 H2 H15)', async () => {
+      mkdirSync(docsDir, { recursive: true });
+      const file = join(docsDir, 'bun-server.ts');
+      writeFileSync(file, docsBlock('## Bun.serve and Deno.serve'));
+      const port = await freePort();
+      const { child, output } = await startOn(runtime.binary!, [file], port);
+      try {
+        const server = `http://127.0.0.1:${port}`;
+        const order = { path: '/orders', key: '8e03978e', body: { sku: 'A1' } };
+        const first = await send(server, order);
+        expect(first.status, output()).toBe(201);
+        expect(first.json()).toEqual({ id: 1, sku: 'A1' });
+        expect(first.headers.location).toBe('/orders/1');
+        const again = await send(server, order);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.body.equals(first.body)).toBe(true);
+        expectProblem(await send(server, { path: '/orders', body: { sku: 'A1' } }), 400, 'key-missing');
+        expect((await send(server, { ...order, headers: { 'x-account-id': 'acct_2' } })).json()).toEqual({ id: 2, sku: 'A1' });
+      } finally {
+        child.kill('SIGTERM');
+      }
+    });
+
+    it('H10: a thrown error releases the key: the retry runs again', async () => {
+      const replies = [await send(url, json({}, `${name}-6`, '/throw')), await send(url, json({}, `${name}-6`, '/throw'))];
+      expect(replies.map((r) => r.status)).toEqual([500, 500]);
+      expect(replies.map((r) => r.headers['idempotent-replayed'])).toEqual([undefined, undefined]);
+    });
+  });
+}

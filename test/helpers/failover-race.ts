@@ -1,0 +1,150 @@
+/**
+ * Failover under load, for any replicated Redis topology: 4 worker processes
+ * (test/stores/failover-worker.ts) contend on the same keys, a primary is SIGKILLed one
+ * second in, its replica takes over, the dead node is restarted (as an orchestrator would)
+ * and the race goes on for a second once all is healthy. Counts double executions, errors,
+ * stuck keys and the time until claims succeed again.
+ */
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { afterAll, expect, it } from 'vitest';
+import type { WaitForReplicas } from '../../drivers/redis.js';
+import type { ClaimResult, IdempotencyStore } from '../../src/store.js';
+import { startWorker } from './worker-process.js';
+
+const FAILOVER_WORKER = fileURLToPath(new URL('../stores/failover-worker.ts', import.meta.url));
+
+export interface FailoverTopology {
+  url: string;
+  /** The primary to kill in this round. */
+  victim(round: number): Promise<number>;
+  kill(port: number): void;
+  /** Whether a replica has taken over from the killed primary. */
+  promoted(victim: number): Promise<boolean>;
+  restart(port: number): Promise<void>;
+  waitHealthy(timeoutMs: number): Promise<void>;
+}
+
+interface WorkerReport {
+  executions: { key: number; token: string; at: number }[];
+  errors: { at: number; operation: string; message: string }[];
+  latencies: number[];
+  stuck: number;
+}
+
+export interface FailoverFigures {
+  mode: string;
+  round: number;
+  /** Keys settled during the round. */
+  keys: number;
+  /** Keys whose handler ran more than once. */
+  doubleExecutions: number;
+  /** Failed store calls (each retried by the worker). */
+  errors: number;
+  /** Keys no worker could settle within two leases. */
+  stuckKeys: number;
+  promotedAfterMs: number;
+  /** From the kill to the last failed call: after that, every claim succeeded. */
+  claimsSucceedAgainAfterMs: number;
+  /** Claim-to-completed time of executions that met no error. */
+  p50Ms: number;
+  p99Ms: number;
+}
+
+export async function waitUntil(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check().catch(() => false))) {
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const percentile = (values: number[], p: number) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted.length === 0 ? NaN : Math.round(sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]! * 10) / 10;
+};
+
+export async function failoverRound(topology: FailoverTopology, round: number, waitForReplicas?: WaitForReplicas): Promise<FailoverFigures> {
+  const runId = `failover-${randomUUID()}`;
+  const config = JSON.stringify({ url: topology.url, runId, lanes: 8, leaseMs: 5000, ...(waitForReplicas ? { waitForReplicas } : {}) });
+  const workers = Array.from({ length: 4 }, () => startWorker<WorkerReport>(FAILOVER_WORKER, [config]));
+  try {
+    await Promise.all(workers.map((w) => w.ready));
+    for (const w of workers) w.send('go');
+    await new Promise((r) => setTimeout(r, 1000));
+    const victim = await topology.victim(round);
+    const killedAt = Date.now();
+    topology.kill(victim);
+    await waitUntil(() => topology.promoted(victim), 30_000);
+    const promotedAfterMs = Date.now() - killedAt;
+    await topology.restart(victim);
+    await topology.waitHealthy(30_000);
+    await new Promise((r) => setTimeout(r, 1000));
+    for (const w of workers) w.send('stop');
+    const reports = await Promise.all(workers.map((w) => w.exited));
+
+    const runs = new Map<number, number>();
+    for (const e of reports.flatMap((r) => r.executions)) runs.set(e.key, (runs.get(e.key) ?? 0) + 1);
+    const errors = reports.flatMap((r) => r.errors);
+    const latencies = reports.flatMap((r) => r.latencies);
+    return {
+      mode: waitForReplicas ? `WAIT ${waitForReplicas.replicas}/${waitForReplicas.timeoutMs}ms` : 'async replication',
+      round,
+      keys: runs.size,
+      doubleExecutions: [...runs.values()].filter((n) => n > 1).length,
+      errors: errors.length,
+      stuckKeys: reports.reduce((n, r) => n + r.stuck, 0),
+      promotedAfterMs,
+      claimsSucceedAgainAfterMs: Math.max(killedAt, ...errors.map((e) => e.at)) - killedAt,
+      p50Ms: percentile(latencies, 50),
+      p99Ms: percentile(latencies, 99),
+    };
+  } finally {
+    for (const w of workers) w.child.kill();
+  }
+}
+
+/**
+ * Claim `key` until the store answers (after a failover). An attempt that timed out may
+ * still have landed, so a later attempt can find that attempt's record: the owner is then
+ * one of the retries (`retry-<n>`), and never a claim from before the failover.
+ */
+export async function retryUntilAnswered(store: IdempotencyStore, key: string): Promise<ClaimResult> {
+  let result: ClaimResult | undefined;
+  let attempt = 0;
+  await waitUntil(async () => {
+    result = await store.claim(key, { token: `retry-${++attempt}`, fingerprint: 'fp', createdAt: Date.now() }, 60_000);
+    return true;
+  }, 30_000);
+  return result!;
+}
+
+/**
+ * The failover race as two tests: async replication (claims recover once the replica is
+ * promoted) and `waitForReplicas` (no double execution), `rounds` failovers each.
+ */
+export function failoverRaceTests(name: string, topology: () => FailoverTopology, rounds: number, minKeys: number): void {
+  const figures: FailoverFigures[] = [];
+  afterAll(() => {
+    if (figures.length > 0) console.log(`${name} failover figures:\n${figures.map((f) => JSON.stringify(f)).join('\n')}`);
+  });
+
+  it(`async replication: ${rounds} failover(s); claims work again once the replica is promoted`, async () => {
+    for (let round = 0; round < rounds; round++) {
+      const result = await failoverRound(topology(), round);
+      figures.push(result);
+      expect(result.keys).toBeGreaterThan(minKeys);
+      // Claims recover after the promotion, not after the dead node comes back.
+      expect(result.claimsSucceedAgainAfterMs).toBeLessThan(result.promotedAfterMs + 5000);
+    }
+  }, 60_000 * rounds);
+
+  it(`waitForReplicas { replicas: 1 }: ${rounds} failover(s) with no double execution`, async () => {
+    for (let round = 0; round < rounds; round++) {
+      const result = await failoverRound(topology(), round, { replicas: 1, timeoutMs: 100 });
+      figures.push(result);
+      expect(result.keys).toBeGreaterThan(minKeys);
+      expect(result.doubleExecutions).toBe(0);
+    }
+  }, 60_000 * rounds);
+}
