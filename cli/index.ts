@@ -37,7 +37,7 @@ Commands:
   sweep                         delete expired records now
 
 Options:
-  --store URL        sqlite://…, redis://…, rediss://…, postgres://… (default: $IDEMPOTENCY_STORE)
+  --store URL        sqlite://…, redis[s]://…, redis+cluster://…, postgres://… (default: $IDEMPOTENCY_STORE)
   --namespace NAME   Redis key prefix or SQL table, if the app sets one
   --json             machine-readable output on stdout
   --progress         progress on stderr even when it is not a terminal
