@@ -13,6 +13,8 @@ export default defineConfig({
     'drivers/redis': 'drivers/redis.ts',
     'drivers/postgres': 'drivers/postgres.ts',
     'drivers/sqlite': 'drivers/sqlite.ts',
+    'drivers/mysql': 'drivers/mysql.ts',
+    testing: 'testing/store-contract.ts',
     'client/index': 'client/index.ts',
     'client/got': 'client/got.ts',
     'client/ky': 'client/ky.ts',

@@ -6,14 +6,15 @@
  * @example
  * const store = createStore(process.env.IDEMPOTENCY_STORE ?? 'sqlite://./.data/idempotency.sqlite');
  */
-import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, StoredResponse } from '../src/store.js';
+import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, SettleListener, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
-import { REDIS_CLUSTER_FORM, REDIS_SENTINEL_FORM, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
+import { DRIVERS, driverForAdapter, driverForScheme, memoryDriver, type DriverDefinition } from './registry.js';
+import { assertTableName, isModuleNotFound, missingPackages, redactUrl } from './utils.js';
 
 export interface CreateStoreOptions {
   /**
-   * Redis: the key prefix (`<namespace>:<hash>`). SQLite and PostgreSQL: the table name
-   * (an SQL identifier). Not used by memory.
+   * Redis: the key prefix (`<namespace>:<storage key>`). SQLite, PostgreSQL and MySQL:
+   * the table name (an SQL identifier). Not used by memory.
    * @default 'idempotency-kit' (Redis), 'idempotency_kit_records' (SQL)
    */
   namespace?: string;
@@ -23,7 +24,7 @@ export interface CreateStoreOptions {
    */
   timeoutMs?: number;
   /**
-   * SQLite and PostgreSQL: how often expired rows are swept, in ms; 0 disables.
+   * SQLite, PostgreSQL and MySQL: how often expired rows are swept, in ms; 0 disables.
    * @default 60000
    */
   sweepIntervalMs?: number;
@@ -33,52 +34,24 @@ export interface CreateStoreOptions {
 export type StoreTarget = string | Map<string, unknown> | object;
 
 /** The URL schemes `createStore()` understands. */
-export const SUPPORTED_SCHEMES = [
-  'memory://',
-  'sqlite://',
-  'redis://',
-  'rediss://',
-  'redis+cluster://',
-  'rediss+cluster://',
-  'redis+sentinel://',
-  'rediss+sentinel://',
-  'postgres://',
-  'postgresql://',
-] as const;
-
-const SUPPORTED_FORMS = [
-  'memory://',
-  'sqlite://relative/path.db',
-  'sqlite:///absolute/path.db',
-  'sqlite://:memory:',
-  'redis://[user:password@]host[:port][/db]',
-  'rediss://… (TLS)',
-  `${REDIS_CLUSTER_FORM} (Redis Cluster; rediss+cluster:// for TLS)`,
-  `${REDIS_SENTINEL_FORM} (Redis Sentinel)`,
-  'postgres://user[:password]@host[:port]/database',
-  'postgresql://…',
-];
+export const SUPPORTED_SCHEMES: readonly string[] = DRIVERS.flatMap((driver) => driver.schemes.map((scheme) => `${scheme}://`));
 
 function unsupported(target: string, why: string): TypeError {
+  const forms = DRIVERS.flatMap((driver) => driver.forms);
+  const adapters = DRIVERS.flatMap((driver) => (driver.adapter ? [driver.adapter.pkg] : []));
   return new TypeError(
     `idempotency-kit: cannot create a store from ${target}: ${why}. ` +
-      `Supported: a URL (${SUPPORTED_FORMS.join(', ')}); a Keyv instance over @keyv/redis, @keyv/postgres or @keyv/sqlite; ` +
+      `Supported: a URL (${forms.join(', ')}); a Keyv instance over ${adapters.slice(0, -1).join(', ')} or ${adapters.at(-1)}; ` +
       'one of those adapters (new KeyvRedis(url), …); or an empty Map (in-process memory)',
   );
 }
 
-type Kind = 'memory' | 'sqlite' | 'redis' | 'postgres';
-
 /** Where a driver comes from; a missing optional package gets an install hint. */
-async function importDriver<T>(kind: Kind, load: () => Promise<T>): Promise<T> {
+async function importDriver<T>(driver: DriverDefinition, load: () => Promise<T>): Promise<T> {
   try {
     return await load();
   } catch (error) {
-    const code = (error as { code?: unknown }).code;
-    if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') {
-      const packages = { memory: '', sqlite: 'keyv @keyv/sqlite', redis: 'keyv @keyv/redis', postgres: 'keyv @keyv/postgres' }[kind];
-      throw new Error(`idempotency-kit: the ${kind} store needs optional packages: npm install ${packages}`, { cause: error });
-    }
+    if (isModuleNotFound(error)) throw missingPackages(driver.name, driver.packages, error);
     throw error;
   }
 }
@@ -92,11 +65,11 @@ function maintained(store: IdempotencyStore, method: 'delete' | 'stats' | 'sweep
  * A store that loads its driver on first use, so that `createStore()` is synchronous and
  * a bad target throws at once, while the driver's client is imported only when needed.
  */
-function lazyStore(name: Kind, load: () => Promise<IdempotencyStore>): IdempotencyStore {
+function lazyStore(driver: DriverDefinition, options: Record<string, unknown>): IdempotencyStore {
   let loaded: Promise<IdempotencyStore> | undefined;
-  const store = () => (loaded ??= importDriver(name, load));
+  const store = () => (loaded ??= importDriver(driver, async () => (await driver.load())(options)));
   return {
-    name,
+    name: driver.name,
     claim: async (key: string, request: ClaimRequest, leaseMs: number) => (await store()).claim(key, request, leaseMs),
     get: async (key: string) => (await store()).get(key),
     complete: async (key: string, token: string, response: StoredResponse, ttlMs: number) =>
@@ -110,93 +83,38 @@ function lazyStore(name: Kind, load: () => Promise<IdempotencyStore>): Idempoten
     delete: async (key: string) => maintained(await store(), 'delete').delete!(key),
     stats: async (options?: MaintenanceOptions) => maintained(await store(), 'stats').stats!(options),
     sweep: async (options?: MaintenanceOptions) => maintained(await store(), 'sweep').sweep!(options),
+    // Wake-ups for waiting duplicates, once the driver is loaded (if it offers them).
+    subscribe: (listener: SettleListener) => {
+      let detach: (() => void) | undefined;
+      let detached = false;
+      store().then(
+        (loadedStore) => {
+          if (!detached && typeof loadedStore.subscribe === 'function') detach = loadedStore.subscribe(listener);
+        },
+        () => undefined, // the driver's calls report the failure; waiters poll
+      );
+      return () => {
+        detached = true;
+        detach?.();
+      };
+    },
   };
 }
 
-const SQL_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
-
-function parseUrl(target: string, scheme: string): URL {
-  try {
-    return new URL(target);
-  } catch {
-    throw unsupported(redact(target), `it is not a valid ${scheme} URL`);
-  }
-}
-
-/** The URL as shown in errors: a password never reaches a log. */
-function redact(target: string): string {
-  return JSON.stringify(target.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#@:]*:)[^/?#@]*@/, '$1***@'));
-}
-
-/** Validate a URL target synchronously; returns the driver kind. */
-function checkUrl(target: string, options: CreateStoreOptions): Kind {
-  const shown = redact(target);
+/** Validate a URL target synchronously; returns its driver. */
+function checkUrl(target: string, options: CreateStoreOptions): DriverDefinition {
+  const shown = redactUrl(target);
   const match = /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(target);
   if (!match) throw unsupported(shown, 'it is not a URL (expected scheme://…)');
   const scheme = match[1]!.toLowerCase();
-  const sqlTable = (schemaQualified: boolean) => {
-    const parts = options.namespace?.split('.') ?? [];
-    if (
-      options.namespace !== undefined &&
-      (parts.length > (schemaQualified ? 2 : 1) || !parts.every((part) => SQL_IDENTIFIER.test(part)))
-    ) {
-      throw new TypeError(
-        `Expected \`namespace\` (the ${scheme} table name) to be an SQL identifier (letters, digits and _${schemaQualified ? ', optionally schema.table' : ''}), got ${JSON.stringify(options.namespace)}`,
-      );
-    }
-  };
-  switch (scheme) {
-    case 'memory':
-      if (!/^memory:(\/\/)?$/i.test(target)) throw unsupported(shown, 'memory:// takes no host or path');
-      return 'memory';
-    case 'sqlite': {
-      if (!target.startsWith('sqlite://')) throw unsupported(shown, 'a SQLite URL starts with sqlite:// followed by the file path');
-      const file = target.slice('sqlite://'.length);
-      if (file === '' || file === '/') throw unsupported(shown, 'the SQLite URL names no file');
-      sqlTable(false);
-      return 'sqlite';
-    }
-    case 'redis':
-    case 'rediss': {
-      const url = parseUrl(target, 'Redis');
-      if (!url.hostname) throw unsupported(shown, 'the Redis URL has no host');
-      if (url.pathname !== '' && url.pathname !== '/' && !/^\/\d+$/.test(url.pathname)) {
-        throw unsupported(shown, `the Redis URL path must be a database number such as /0, got ${JSON.stringify(url.pathname)}`);
-      }
-      return 'redis';
-    }
-    case 'redis+cluster':
-    case 'rediss+cluster':
-    case 'redis+sentinel':
-    case 'rediss+sentinel':
-      try {
-        if (scheme.endsWith('cluster')) parseRedisClusterUrl(target);
-        else parseRedisSentinelUrl(target);
-      } catch (error) {
-        throw unsupported(shown, (error as Error).message.replace(/^Expected/, 'expected'));
-      }
-      return 'redis';
-    case 'postgres':
-    case 'postgresql': {
-      const url = parseUrl(target, 'PostgreSQL');
-      if (!url.hostname && !url.searchParams.has('host')) throw unsupported(shown, 'the PostgreSQL URL has no host');
-      sqlTable(true);
-      return 'postgres';
-    }
-    default:
-      throw unsupported(shown, `unknown scheme ${JSON.stringify(`${scheme}:`)}`);
+  const driver = driverForScheme(scheme);
+  if (!driver) throw unsupported(shown, `unknown scheme ${JSON.stringify(`${scheme}:`)}`);
+  const problem = driver.checkUrl(target);
+  if (problem) throw unsupported(shown, problem.reason);
+  if (options.namespace !== undefined && (driver.namespace === 'table' || driver.namespace === 'qualified-table')) {
+    assertTableName(`\`namespace\` (the ${scheme} table name)`, options.namespace, driver.namespace === 'qualified-table');
   }
-}
-
-type AdapterKind = 'redis' | 'postgres' | 'sqlite';
-
-/** Which official Keyv adapter this is, by shape (importing the packages would load their clients). */
-function adapterKind(value: object): AdapterKind | undefined {
-  const candidate = value as { client?: unknown; getClient?: unknown; query?: unknown; opts?: { dialect?: unknown } };
-  if (typeof candidate.getClient === 'function' && typeof candidate.client === 'object' && candidate.client !== null) return 'redis';
-  if (typeof candidate.query === 'function' && candidate.opts?.dialect === 'postgres') return 'postgres';
-  if (typeof candidate.query === 'function' && candidate.opts?.dialect === 'sqlite') return 'sqlite';
-  return undefined;
+  return driver;
 }
 
 function isKeyv(value: object): value is { store: unknown } {
@@ -227,43 +145,21 @@ function checkOptions(options: CreateStoreOptions): void {
   if (options.sweepIntervalMs !== undefined) assertInteger('sweepIntervalMs', options.sweepIntervalMs, 0);
 }
 
-function driverStore(kind: AdapterKind, source: { url: string } | { adapter: object } | { keyv: object }, options: CreateStoreOptions) {
-  const common = {
-    ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
-  };
-  const sql = {
-    ...common,
-    ...(options.namespace !== undefined ? { table: options.namespace } : {}),
-    ...(options.sweepIntervalMs !== undefined ? { sweepIntervalMs: options.sweepIntervalMs } : {}),
-  };
-  switch (kind) {
-    case 'redis':
-      return lazyStore('redis', async () =>
-        (await import('./redis.js')).redisStore({
-          ...common,
-          ...(options.namespace !== undefined ? { namespace: options.namespace } : {}),
-          ...(source as object),
-        }),
-      );
-    case 'postgres':
-      return lazyStore('postgres', async () => (await import('./postgres.js')).postgresStore({ ...sql, ...(source as object) }));
-    case 'sqlite':
-      return lazyStore('sqlite', async () => (await import('./sqlite.js')).sqliteStore({ ...sql, ...(source as object) }));
-  }
+function driverStore(driver: DriverDefinition, source: { url: string } | { adapter: object } | { keyv: object }, options: CreateStoreOptions) {
+  return lazyStore(driver, { ...driver.options?.(options), ...source });
 }
 
 /**
- * Create a store from a URL (`sqlite://…`, `redis://…`, `postgres://…`, `memory://`), a
- * Keyv instance, a `@keyv/redis` / `@keyv/postgres` / `@keyv/sqlite` adapter, or an empty
- * Map. Anything else throws a TypeError listing what is supported; there is never a
+ * Create a store from a URL (`sqlite://…`, `redis://…`, `postgres://…`, `mysql://…`,
+ * `memory://`), a Keyv instance, a `@keyv/redis` / `@keyv/postgres` / `@keyv/sqlite` /
+ * `@keyv/mysql` adapter, or an empty Map. Anything else throws a TypeError listing what is supported; there is never a
  * silent fallback to memory.
  */
 export function createStore(target: StoreTarget, options: CreateStoreOptions = {}): IdempotencyStore {
   checkOptions(options);
   if (typeof target === 'string') {
-    const kind = checkUrl(target, options);
-    if (kind === 'memory') return lazyStore('memory', async () => (await import('./memory.js')).memoryStore());
-    return driverStore(kind, { url: target }, options);
+    const driver = checkUrl(target, options);
+    return driver === memoryDriver ? lazyStore(driver, {}) : driverStore(driver, { url: target }, options);
   }
   if (typeof target !== 'object' || target === null) {
     throw unsupported(describeValue(target), 'expected a URL string, a Keyv instance or a Keyv store adapter');
@@ -271,9 +167,9 @@ export function createStore(target: StoreTarget, options: CreateStoreOptions = {
   if (target instanceof Map) {
     if (target.size > 0) throw unsupported('a Map', 'the Map is not empty (the memory store needs a Map of its own)');
     const map = target as Map<string, IdempotencyRecord>;
-    return lazyStore('memory', async () => (await import('./memory.js')).memoryStore({ map }));
+    return lazyStore(memoryDriver, { map });
   }
-  const direct = adapterKind(target);
+  const direct = driverForAdapter(target);
   if (direct) return driverStore(direct, { adapter: target }, options);
   if (isKeyv(target)) {
     const store = target.store;
@@ -284,14 +180,14 @@ export function createStore(target: StoreTarget, options: CreateStoreOptions = {
           'Pass the URL itself, new Keyv(new KeyvRedis(url)), or createStore("memory://") if in-process memory is what you want',
       );
     }
-    const kind = typeof store === 'object' && store !== null ? adapterKind(store) : undefined;
-    if (!kind) {
+    const driver = driverForAdapter(store);
+    if (!driver) {
       throw unsupported(
         `a Keyv instance over ${describeValue(store)}`,
         'that Keyv store has no atomic claim path (idempotency needs SET NX / INSERT … ON CONFLICT, which plain get/set cannot give)',
       );
     }
-    return driverStore(kind, { keyv: target }, options);
+    return driverStore(driver, { keyv: target }, options);
   }
   throw unsupported(describeValue(target), 'it is not a Keyv instance or an atomic Keyv store adapter');
 }

@@ -17,6 +17,7 @@ import type {
   StoredResponse,
 } from '../src/store.js';
 import { assertFunction, assertInteger } from '../src/validate.js';
+import { isLive } from './utils.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -40,10 +41,6 @@ export interface MemoryStoreOptions {
    * @default a new Map
    */
   map?: Map<string, IdempotencyRecord>;
-}
-
-function isLive(record: IdempotencyRecord, now: number): boolean {
-  return record.state === 'processing' ? record.leaseUntil > now : record.expiresAt > now;
 }
 
 /** Create an in-memory store. */

@@ -9,23 +9,11 @@
  * const store = postgresStore({ url: 'postgres://app@db.internal:5432/app' });
  */
 import { createHash } from 'node:crypto';
-import { createRequire } from 'node:module';
 import type { Keyv } from 'keyv';
 import type KeyvPostgres from '@keyv/postgres';
-import {
-  recordFromRow,
-  type ClaimRequest,
-  type ClaimResult,
-  type IdempotencyRecord,
-  type IdempotencyStore,
-  type MaintenanceOptions,
-  type ProcessingRecord,
-  type StoreStats,
-  type StoredResponse,
-} from '../src/store.js';
-import { statsFromGroups, type StatsGroup } from '../src/maintenance.js';
-import { startSweeper, withTimeout } from '../src/timers.js';
-import { adapterFrom, assertOneSource } from './keyv-input.js';
+import { decodeRecord, type IdempotencyRecord, type IdempotencyStore, type SettleListener, type StoredResponse } from '../src/store.js';
+import type { StatsGroup } from '../src/maintenance.js';
+import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import type { TransactionalStore } from '../src/transaction.js';
 import {
@@ -35,6 +23,9 @@ import {
   type PostgresPool,
   type PostgresTransactionOptions,
 } from './postgres-transaction.js';
+import { assertDriverUrl, postgresDriver } from './registry.js';
+import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
+import { adapterFrom, assertOneSource, bodyBuffer, requireVia, sqlKey } from './utils.js';
 
 export type { ClientOf, IsolationLevel, PostgresClient, PostgresPool, PostgresTransactionOptions } from './postgres-transaction.js';
 
@@ -114,77 +105,22 @@ interface PgPool {
 }
 interface PgModule {
   Pool: new (config: Record<string, unknown>) => PgPool;
+  Client: new (config: Record<string, unknown>) => PgClient;
+}
+/** The dedicated LISTEN connection. */
+interface PgClient {
+  connect(): Promise<unknown>;
+  query(text: string): Promise<unknown>;
+  end(): Promise<void>;
+  on(event: 'notification', listener: (message: { channel: string; payload?: string }) => void): unknown;
+  on(event: 'error' | 'end', listener: (error?: Error) => void): unknown;
+  /** pg's socket, unref'd so that the listener never keeps a process alive. */
+  connection?: { stream?: { unref?: () => unknown } };
 }
 
-interface Row {
-  claimed?: boolean;
-  state: 'processing' | 'completed';
-  fingerprint: string;
-  token: string;
-  created_at: string | number;
-  expires_at: string | number;
-  status: number | null;
-  headers: Record<string, string | string[]> | null;
-  body: Buffer | null;
-  n?: number;
-}
+type Row = SqlRow & { claimed?: boolean; n?: number };
 
 type Query = (text: string, values: unknown[], name?: string) => Promise<Row[]>;
-
-/**
- * `pg` as installed with `@keyv/postgres` (its dependency), resolved from the adapter's
- * location so that it is found under any package manager layout and never bundled.
- */
-function loadPg(): PgModule {
-  const here = typeof __filename === 'string' ? __filename : import.meta.url;
-  const adapterPath = createRequire(here).resolve('@keyv/postgres');
-  return createRequire(adapterPath)('pg') as PgModule;
-}
-
-const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
-
-function checkTable(table: unknown): asserts table is string {
-  const parts = typeof table === 'string' ? table.split('.') : [];
-  if (parts.length < 1 || parts.length > 2 || !parts.every((p) => IDENTIFIER.test(p))) {
-    throw new TypeError(
-      `Expected \`table\` to be an SQL identifier (letters, digits and _, optionally schema.table), got ${JSON.stringify(table)}`,
-    );
-  }
-}
-
-/** The URL as shown in errors: a password never reaches a log. */
-function shown(url: unknown): string {
-  return typeof url === 'string'
-    ? JSON.stringify(url.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#@:]*:)[^/?#@]*@/, '$1***@'))
-    : String(url);
-}
-
-function checkPostgresUrl(url: unknown): asserts url is string {
-  let parsed: URL | undefined;
-  try {
-    parsed = typeof url === 'string' ? new URL(url) : undefined;
-  } catch {
-    parsed = undefined;
-  }
-  if (!parsed) {
-    throw new TypeError(`Expected \`url\` to be a postgres:// or postgresql:// URL, got ${shown(url)}`);
-  }
-  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
-    throw new TypeError(`Expected \`url\` to start with postgres:// or postgresql://, got ${shown(url)}`);
-  }
-  if (!parsed.hostname && !parsed.searchParams.has('host')) {
-    throw new TypeError(`Expected a host in the PostgreSQL URL ${shown(url)}, e.g. postgres://user@127.0.0.1:5432/app`);
-  }
-}
-
-function isPostgresAdapter(value: unknown): value is KeyvPostgres {
-  const candidate = value as { query?: unknown; opts?: { dialect?: unknown } } | null;
-  return typeof candidate === 'object' && candidate !== null && typeof candidate.query === 'function' && candidate.opts?.dialect === 'postgres';
-}
-
-
-const toRecord = (row: Row): IdempotencyRecord => recordFromRow(row);
-
 /** Create a PostgreSQL store on the application's own `pg` Pool: its transactions hand out that pool's clients. */
 export function postgresStore<P extends PostgresPool>(options: PostgresStoreOptions & { pool: P }): PostgresStore<ClientOf<P>>;
 /** Create a PostgreSQL store with a pool of its own. */
@@ -195,16 +131,9 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError('Expected options with a `url`, `adapter` or `keyv`, e.g. postgresStore({ url: "postgres://…" })');
   }
-  const table = options.table ?? 'idempotency_kit_records';
-  const timeoutMs = options.timeoutMs ?? 2000;
+  const { table, timeoutMs, sweepIntervalMs, sweepBatchSize } = checkSqlOptions(options, true);
   const poolSize = options.poolSize ?? 10;
-  const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
-  const sweepBatchSize = options.sweepBatchSize ?? 1000;
-  checkTable(table);
-  assertInteger('timeoutMs', timeoutMs, 1);
   assertInteger('poolSize', poolSize, 1);
-  assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
-  assertInteger('sweepBatchSize', sweepBatchSize, 1);
   if (options.pool === undefined) assertOneSource(options);
   else if (options.url !== undefined || options.adapter !== undefined || options.keyv !== undefined) {
     throw new TypeError('Expected exactly one of `url`, `adapter`, `keyv` or `pool`');
@@ -214,6 +143,8 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   let end: (() => Promise<void>) | undefined;
   // Where a transaction takes its connection: the store's own pool or the application's.
   let connect: (() => Promise<PostgresClient>) | undefined;
+  // How to open the LISTEN connection: the pool's settings, one connection of its own.
+  let listenConfig: Record<string, unknown> | undefined;
   if (options.pool !== undefined) {
     const pool = options.pool;
     if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function' || typeof pool.query !== 'function') {
@@ -221,13 +152,16 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     }
     query = async (text, values, name) => (await pool.query({ text, values, ...(name ? { name } : {}) })).rows as Row[];
     connect = () => pool.connect();
+    const settings = (pool as { options?: Record<string, unknown> }).options;
+    if (settings && typeof settings === 'object') listenConfig = { ...settings };
   } else if (options.url !== undefined) {
-    checkPostgresUrl(options.url);
+    assertDriverUrl(postgresDriver, options.url, 'postgres://user@127.0.0.1:5432/app');
     const url = options.url;
     let pool: PgPool | undefined;
     const open = () => {
       if (!pool) {
-        const pg = loadPg();
+        // `pg` as installed with @keyv/postgres (its dependency).
+        const pg = requireVia<PgModule>('postgres', postgresDriver.packages, '@keyv/postgres', 'pg');
         pool = new pg.Pool({
           connectionString: url,
           max: poolSize,
@@ -245,13 +179,19 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     };
     // Named statements are parsed and planned once per connection.
     query = async (text, values, name) => (await open().query({ text, values, ...(name ? { name } : {}) })).rows;
+    listenConfig = { connectionString: url };
     connect = () => open().connect();
     end = async () => {
       await pool?.end();
     };
   } else {
-    const adapter = adapterFrom(options, isPostgresAdapter, '@keyv/postgres', 'new KeyvPostgres({ uri })');
+    const adapter = adapterFrom<KeyvPostgres>(options, postgresDriver.adapter!);
     query = (text, values) => (adapter.query as (sql: string, values: unknown[]) => Promise<Row[]>)(text, values);
+    const { uri, table: _table, keySize: _keySize, schema: _schema, dialect: _dialect, iterationLimit: _limit, useUnloggedTable: _unlogged, ...pool } =
+      (adapter.opts ?? {}) as Record<string, unknown>;
+    if (typeof uri === 'string' || typeof pool.connectionString === 'string' || typeof pool.host === 'string') {
+      listenConfig = { ...pool, ...(typeof uri === 'string' ? { connectionString: uri } : {}) };
+    }
   }
   const run: Query = (text, values, name) => withTimeout(query(text, values, name), timeoutMs, `idempotency-kit: PostgreSQL did not answer within ${timeoutMs} ms`);
 
@@ -289,26 +229,6 @@ BEGIN
   END IF;
 END $$`;
 
-  let closed = false;
-  let schema: Promise<void> | undefined;
-  const ensureSchema = (): Promise<void> => {
-    schema ??= run(ddl, []).then(
-      () => undefined,
-      (error: unknown) => {
-        schema = undefined; // try again on the next call (the server may be back)
-        throw error;
-      },
-    );
-    return schema;
-  };
-  const exec: Query = async (text, values, name) => {
-    if (closed) throw new Error('idempotency-kit: the PostgreSQL store is closed');
-    await ensureSchema();
-    return run(text, values, name);
-  };
-
-  const hash = (key: string) => createHash('sha256').update(key).digest('base64url');
-
   const CLAIM = `WITH claimed AS (
   INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at)
   VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint)
@@ -325,10 +245,24 @@ SELECT false, ${COLUMNS} FROM ${quoted}
 WHERE key = $1 AND expires_at > ${NOW} AND NOT EXISTS (SELECT 1 FROM claimed)`;
   const GET = `SELECT ${COLUMNS} FROM ${quoted} WHERE key = $1 AND expires_at > ${NOW}`;
   const OWNED = `key = $1 AND token = $2 AND state = 'processing' AND expires_at > ${NOW}`;
-  const COMPLETE = `UPDATE ${quoted}
-SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
-WHERE ${OWNED} RETURNING 1 AS n`;
-  const RELEASE = `DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n`;
+  // Completes and releases that took effect notify waiters in other processes in the same
+  // statement (delivered on commit): channel per table, payload the storage key (hashed).
+  const channel = `idempotency_kit_${createHash('sha1').update(table).digest('hex').slice(0, 16)}`;
+  // The notification carries the completed record when it fits a payload (waiters then
+  // need no read), the key alone otherwise; encodeRecord()'s JSON shape.
+  const COMPLETE = `WITH done AS (
+  UPDATE ${quoted}
+  SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
+  WHERE ${OWNED} RETURNING fingerprint, token, created_at, expires_at
+), wake AS (
+  SELECT json_build_object('k', $7::text, 'r', json_build_object(
+    's', 'c', 'f', fingerprint, 't', token, 'c', created_at, 'e', expires_at,
+    'r', json_build_object('s', $4::integer, 'h', $5::jsonb, 'b', translate(encode($6::bytea, 'base64'), E'\\n', ''))
+  ))::text AS payload FROM done
+)
+SELECT 1 AS n, pg_notify('${channel}', CASE WHEN octet_length(payload) <= 7900 THEN payload ELSE json_build_object('k', $7::text)::text END) FROM wake`;
+  const RELEASE = `WITH done AS (DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n)
+SELECT n, pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) FROM done`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint WHERE ${OWNED} RETURNING 1 AS n`;
   // SKIP LOCKED: sweeps on several hosts never wait on each other or on a claim; the
   // outer condition re-checks each row, so a row taken over meanwhile is kept (S3).
@@ -340,14 +274,79 @@ WHERE ${OWNED} RETURNING 1 AS n`;
 )
 SELECT count(*)::int AS n FROM swept`;
 
-  const completeValues = (k: string, token: string, response: StoredResponse, ttlMs: number) => [
-    k,
+  let closed = false;
+  let schema: Promise<void> | undefined;
+  // The table, created once (also for a transaction that comes before any other call).
+  const ensureSchema = (): Promise<void> => {
+    schema ??= run(ddl, []).then(
+      () => undefined,
+      (error: unknown) => {
+        schema = undefined; // try again on the next call (the server may be back)
+        throw error;
+      },
+    );
+    return schema;
+  };
+  const exec = run;
+  const changed = async (text: string, values: unknown[], op: string) => (await exec(text, values, statement(op))).length === 1;
+  // For the transaction path: `key` as the store's methods receive it (not hashed).
+  const completeValues = (key: string, token: string, response: StoredResponse, ttlMs: number) => [
+    sqlKey(key),
     token,
     ttlMs,
     response.status,
     JSON.stringify(response.headers),
-    response.body === null ? null : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength),
+    bodyBuffer(response.body),
+    notifyPayload(key),
   ];
+
+  const feed = listenConfig ? listenFeed(listenConfig, channel, timeoutMs) : undefined;
+  const store = sqlStore(
+    {
+      name: 'postgres',
+      label: 'PostgreSQL',
+      setUp: ensureSchema,
+      async claim(key, request, leaseMs) {
+        // A loser whose conflicting row was committed after this statement's snapshot sees
+        // no row in the same round trip; the shared shape then reads it.
+        const [row] = await exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, leaseMs], statement('claim'));
+        return row ? { claimed: row.claimed === true, row } : { claimed: false };
+      },
+      async get(key) {
+        const [row] = await exec(GET, [key], statement('get'));
+        return row;
+      },
+      complete: (key, token, completion) =>
+        changed(
+          COMPLETE,
+          [key, token, completion.ttlMs, completion.status, completion.headers, completion.body, notifyPayload(completion.storageKey)],
+          'complete',
+        ),
+      release: (key, token, storageKey) => changed(RELEASE, [key, token, notifyPayload(storageKey)], 'release'),
+      extend: (key, token, leaseMs) => changed(EXTEND, [key, token, leaseMs], 'extend'),
+      async sweep(limit) {
+        const [row] = await exec(SWEEP, [limit], statement('sweep'));
+        return row?.n ?? 0;
+      },
+      // Maintenance (the command line): any state, any owner.
+      delete: async (key) => (await exec(`DELETE FROM ${quoted} WHERE key = $1 RETURNING 1 AS n`, [key])).length === 1,
+      stats: async () =>
+        (await exec(
+          `SELECT CASE WHEN expires_at <= ${NOW} THEN 'expired' ELSE state END AS state, count(*)::bigint AS n, min(expires_at) AS oldest
+FROM ${quoted} GROUP BY 1`,
+          [],
+        )) as unknown as StatsGroup[],
+      close: async () => {
+        closed = true;
+        await feed?.close();
+        await end?.();
+      },
+      ...(feed ? { subscribe: feed.subscribe } : {}),
+    },
+    { sweepIntervalMs, sweepBatchSize },
+  );
+
+  // Where a handler's transaction runs: on the store's own pool or the application's.
   const transaction = connect
     ? createTransaction(options, {
         connect,
@@ -359,77 +358,140 @@ SELECT count(*)::int AS n FROM swept`;
         completeSql: COMPLETE,
         completeValues,
         lockedReadSql: `SELECT state, token FROM ${quoted} WHERE key = $1 FOR SHARE`,
-        hash,
+        // Keys in their stored form, as the store's own statements use them.
+        hash: sqlKey,
         timeoutMs,
       })
     : undefined;
+  return transaction ? Object.assign(store, { transaction }) : store;
+}
 
-  const sweep = async () => {
-    for (let batch = 0; batch < 10 && !closed; batch++) {
-      const [row] = await exec(SWEEP, [sweepBatchSize], statement('sweep'));
-      if ((row?.n ?? 0) < sweepBatchSize) return;
+/**
+ * A NOTIFY payload is text under 8000 bytes: the engine's keys (base64url) go as they are,
+ * any other key base64url-encoded behind `~`, and a key too long for a payload goes empty
+ * (its waiters fall back to the safety poll; a complete never fails for a notification).
+ */
+function notifyPayload(key: string): string {
+  if (/^[A-Za-z0-9_-]{1,1000}$/.test(key)) return key;
+  const encoded = `~${Buffer.from(key, 'utf8').toString('base64url')}`;
+  return encoded.length <= 7000 ? encoded : '';
+}
+
+function keyOfPayload(payload: string): string | undefined {
+  if (!payload) return undefined;
+  return payload.startsWith('~') ? Buffer.from(payload.slice(1), 'base64url').toString('utf8') : payload;
+}
+
+/** A notification: `{"k": key payload, "r"?: record JSON | null}`; undefined when unreadable. */
+function parseWake(payload: string | undefined): { key: string; record: IdempotencyRecord | null | undefined } | undefined {
+  let parsed: { k?: unknown; r?: unknown };
+  try {
+    parsed = JSON.parse(payload ?? '') as { k?: unknown; r?: unknown };
+  } catch {
+    return undefined;
+  }
+  const key = typeof parsed.k === 'string' ? keyOfPayload(parsed.k) : undefined;
+  if (key === undefined) return undefined;
+  const { r } = parsed;
+  if (r === null || r === undefined) return { key, record: r };
+  try {
+    return { key, record: decodeRecord(JSON.stringify(r)) };
+  } catch {
+    return { key, record: undefined }; // the waiter reads it
+  }
+}
+
+/**
+ * Wake-ups for waiting duplicates: ONE dedicated connection per store, opened on the first
+ * `subscribe`, runs `LISTEN` (the pool's connections never hold it, so a pooled connection
+ * is never pinned). It reconnects with backoff when dropped; a failure here only makes
+ * waiters poll, it never fails a request. Its socket is unref'd.
+ */
+function listenFeed(
+  config: Record<string, unknown>,
+  channel: string,
+  timeoutMs: number,
+): { subscribe: (listener: SettleListener) => () => void; close: () => Promise<void> } {
+  const listeners = new Set<SettleListener>();
+  let connection: PgClient | undefined;
+  let live = false;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let attempt = 0;
+  const setLive = (value: boolean) => {
+    if (live === value) return;
+    live = value;
+    for (const listener of listeners) {
+      try {
+        if (value) listener.ready();
+        else listener.down();
+      } catch {
+        // a listener's bug must not stop the feed
+      }
     }
   };
-  const sweeper = startSweeper(sweepIntervalMs, sweep);
-
-  const store: IdempotencyStore = {
-    name: 'postgres',
-    async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
-      const k = hash(key);
-      // A loser whose conflicting row was committed after this statement's snapshot sees
-      // no row in the same round trip; it reads again, and claims again if the row went.
-      for (let attempt = 0; attempt < 5; attempt++) {
-        const [row] = await exec(CLAIM, [k, request.fingerprint, request.token, request.createdAt, leaseMs], statement('claim'));
-        if (row) {
-          const record = toRecord(row);
-          return row.claimed ? { claimed: true, record: record as ProcessingRecord } : { claimed: false, record };
-        }
-        const [current] = await exec(GET, [k], statement('get'));
-        if (current) return { claimed: false, record: toRecord(current) };
+  const start = () => {
+    if (closed || connection || retry) return;
+    let client: PgClient;
+    try {
+      client = new (requireVia<PgModule>('postgres', postgresDriver.packages, '@keyv/postgres', 'pg').Client)({
+        ...config,
+        connectionTimeoutMillis: timeoutMs,
+        keepAlive: true,
+        application_name: 'idempotency-kit-listen',
+      });
+    } catch {
+      return; // no usable pg: waiters poll
+    }
+    connection = client;
+    const drop = () => {
+      if (connection !== client) return;
+      connection = undefined;
+      setLive(false);
+      client.end().catch(() => undefined);
+      if (closed) return;
+      retry = setTimeout(() => {
+        retry = undefined;
+        start();
+      }, Math.min(100 * 2 ** attempt++, 5000));
+      retry.unref();
+    };
+    client.on('error', drop);
+    client.on('end', drop);
+    client.on('notification', (message) => {
+      const wake = message.channel === channel ? parseWake(message.payload) : undefined;
+      if (wake) for (const listener of listeners) listener.settled(wake.key, wake.record);
+    });
+    void (async () => {
+      try {
+        await withTimeout(client.connect(), timeoutMs, `idempotency-kit: PostgreSQL LISTEN connection not open within ${timeoutMs} ms`);
+        await withTimeout(client.query(`LISTEN "${channel}"`), timeoutMs, `idempotency-kit: PostgreSQL LISTEN not answered within ${timeoutMs} ms`);
+        if (connection !== client) return;
+        client.connection?.stream?.unref?.();
+        attempt = 0;
+        setLive(true);
+      } catch {
+        drop();
       }
-      throw new Error('idempotency-kit: PostgreSQL claim did not settle after 5 attempts (the key is churning)');
-    },
-    async get(key: string) {
-      const [row] = await exec(GET, [hash(key)], statement('get'));
-      return row ? toRecord(row) : undefined;
-    },
-    async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
-      const rows = await exec(COMPLETE, completeValues(hash(key), token, response, ttlMs), statement('complete'));
-      return rows.length === 1;
-    },
-    async release(key: string, token: string) {
-      return (await exec(RELEASE, [hash(key), token], statement('release'))).length === 1;
-    },
-    async extend(key: string, token: string, leaseMs: number) {
-      return (await exec(EXTEND, [hash(key), token, leaseMs], statement('extend'))).length === 1;
+    })();
+  };
+  return {
+    subscribe(listener) {
+      listeners.add(listener);
+      start();
+      if (live) queueMicrotask(() => listeners.has(listener) && listener.ready());
+      return () => {
+        listeners.delete(listener);
+      };
     },
     async close() {
-      if (closed) return;
       closed = true;
-      await sweeper.stop();
-      await end?.();
-    },
-    async delete(key: string) {
-      return (await exec(`DELETE FROM ${quoted} WHERE key = $1 RETURNING 1 AS n`, [hash(key)])).length === 1;
-    },
-    async stats(options: MaintenanceOptions = {}): Promise<StoreStats> {
-      const rows = (await exec(
-        `SELECT CASE WHEN expires_at <= ${NOW} THEN 'expired' ELSE state END AS state, count(*)::bigint AS n, min(expires_at) AS oldest
-FROM ${quoted} GROUP BY 1`,
-        [],
-      )) as unknown as StatsGroup[];
-      return statsFromGroups(rows, options);
-    },
-    async sweep(options: MaintenanceOptions = {}) {
-      let deleted = 0;
-      for (;;) {
-        const [row] = await exec(SWEEP, [sweepBatchSize], statement('sweep'));
-        const n = row?.n ?? 0;
-        deleted += n;
-        options.onProgress?.(deleted);
-        if (n < sweepBatchSize || closed) return deleted;
-      }
+      if (retry) clearTimeout(retry);
+      setLive(false);
+      listeners.clear();
+      const client = connection;
+      connection = undefined;
+      await client?.end().catch(() => undefined);
     },
   };
-  return transaction ? Object.assign(store, { transaction }) : store;
 }

@@ -8,26 +8,15 @@
  * import { sqliteStore } from 'idempotency-kit/drivers/sqlite';
  * const store = sqliteStore({ url: 'sqlite://./.data/idempotency.sqlite' });
  */
-import { createHash } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import KeyvSqlite from '@keyv/sqlite';
 import type { Keyv } from 'keyv';
-import {
-  recordFromRow,
-  type ClaimRequest,
-  type ClaimResult,
-  type IdempotencyRecord,
-  type IdempotencyStore,
-  type MaintenanceOptions,
-  type ProcessingRecord,
-  type StoreStats,
-  type StoredResponse,
-} from '../src/store.js';
-import { statsFromGroups, type StatsGroup } from '../src/maintenance.js';
-import { startSweeper } from '../src/timers.js';
-import { adapterFrom, assertOneSource } from './keyv-input.js';
-import { assertInteger } from '../src/validate.js';
+import type { IdempotencyStore } from '../src/store.js';
+import type { StatsGroup } from '../src/maintenance.js';
+import { assertDriverUrl, sqliteDriver } from './registry.js';
+import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
+import { adapterFrom, assertOneSource } from './utils.js';
 
 export interface SqliteStoreOptions {
   /**
@@ -73,63 +62,23 @@ export interface SqliteStoreOptions {
   sweepBatchSize?: number;
 }
 
-interface Row {
-  state: 'processing' | 'completed';
-  fingerprint: string;
-  token: string;
-  created_at: number;
-  expires_at: number;
-  status: number | null;
-  headers: string | null;
-  body: Buffer | null;
-}
-
-type Query = (sql: string, params: unknown[]) => Promise<Row[]>;
-
-const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+type Query = (sql: string, params: unknown[]) => Promise<SqlRow[]>;
 
 /**
  * The file path in a `sqlite://` URL. Not parsed with `URL`: `sqlite://:memory:` and
  * relative paths are not valid URLs.
  */
 export function sqlitePathFromUrl(url: unknown): string {
-  if (typeof url !== 'string' || !url.startsWith('sqlite://')) {
-    throw new TypeError(
-      `Expected \`url\` to be sqlite://relative/path.db, sqlite:///absolute/path.db or sqlite://:memory:, got ${JSON.stringify(url) ?? String(url)}`,
-    );
-  }
-  const file = url.slice('sqlite://'.length);
-  if (file === '' || file === '/') {
-    throw new TypeError(
-      `Expected a file after sqlite:// in ${JSON.stringify(url)}: sqlite://relative/path.db, sqlite:///absolute/path.db or sqlite://:memory:`,
-    );
-  }
-  return file;
+  assertDriverUrl(sqliteDriver, url, '');
+  return url.slice('sqlite://'.length);
 }
-
-function isSqliteAdapter(value: unknown): value is KeyvSqlite {
-  const candidate = value as { query?: unknown; opts?: { dialect?: unknown } } | null;
-  return typeof candidate === 'object' && candidate !== null && typeof candidate.query === 'function' && candidate.opts?.dialect === 'sqlite';
-}
-
-const toRecord = (row: Row): IdempotencyRecord =>
-  recordFromRow({ ...row, headers: row.headers === null ? null : (JSON.parse(row.headers) as Record<string, string | string[]>) });
 
 /** Create a SQLite store. */
 export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError('Expected options with a `url`, `adapter` or `keyv`, e.g. sqliteStore({ url: "sqlite://./idempotency.db" })');
   }
-  const table = options.table ?? 'idempotency_kit_records';
-  const timeoutMs = options.timeoutMs ?? 2000;
-  const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
-  const sweepBatchSize = options.sweepBatchSize ?? 1000;
-  if (typeof table !== 'string' || !IDENTIFIER.test(table)) {
-    throw new TypeError(`Expected \`table\` to be an SQL identifier (letters, digits and _), got ${JSON.stringify(table)}`);
-  }
-  assertInteger('timeoutMs', timeoutMs, 1);
-  assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
-  assertInteger('sweepBatchSize', sweepBatchSize, 1);
+  const { table, timeoutMs, sweepIntervalMs, sweepBatchSize } = checkSqlOptions(options, false);
   assertOneSource(options);
 
   let file: string | undefined;
@@ -137,7 +86,7 @@ export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {
   if (options.url !== undefined) {
     file = sqlitePathFromUrl(options.url);
   } else {
-    adapter = adapterFrom(options, isSqliteAdapter, '@keyv/sqlite', 'new KeyvSqlite(url)');
+    adapter = adapterFrom(options, sqliteDriver.adapter!);
   }
   const owned = adapter === undefined;
 
@@ -177,9 +126,9 @@ WHERE ${OWNED} RETURNING 1 AS n`;
   SELECT key FROM ${quoted} WHERE expires_at <= ? ORDER BY expires_at LIMIT ?
 ) RETURNING 1 AS n`;
 
-  let closed = false;
-  let ready: Promise<Query> | undefined;
-  const open = async (): Promise<Query> => {
+  let query: Query | undefined;
+  let opening: Promise<unknown> | undefined;
+  const open = async (): Promise<void> => {
     if (file !== undefined) {
       if (file !== ':memory:' && !file.startsWith('file:')) await mkdir(path.dirname(path.resolve(file)), { recursive: true });
       adapter = new KeyvSqlite({ uri: `sqlite://${file}`, busyTimeout: timeoutMs });
@@ -187,8 +136,8 @@ WHERE ${OWNED} RETURNING 1 AS n`;
       adapter.on('error', () => undefined);
     }
     const connection = adapter!;
-    const query: Query = (sql, params) => (connection.query as (sql: string, params: unknown[]) => Promise<Row[]>)(sql, params);
-    await query(`PRAGMA busy_timeout = ${timeoutMs}`, []);
+    const run: Query = (sql, params) => (connection.query as (sql: string, params: unknown[]) => Promise<SqlRow[]>)(sql, params);
+    await run(`PRAGMA busy_timeout = ${timeoutMs}`, []);
     // Switching the journal mode takes an exclusive lock without calling the busy handler,
     // so several connections opening one new file at once can get SQLITE_BUSY here: retry
     // within the timeout instead of failing the first claim.
@@ -196,7 +145,7 @@ WHERE ${OWNED} RETURNING 1 AS n`;
     const setUp = async (sql: string) => {
       for (let delayMs = 5; ; delayMs = Math.min(delayMs * 2, 100)) {
         try {
-          return await query(sql, []);
+          return await run(sql, []);
         } catch (error) {
           if ((error as { code?: string }).code !== 'SQLITE_BUSY' || Date.now() + delayMs > deadline) throw error;
           await new Promise((resolve) => setTimeout(resolve, delayMs));
@@ -208,88 +157,62 @@ WHERE ${OWNED} RETURNING 1 AS n`;
     const [mode] = await setUp('PRAGMA journal_mode');
     if (String((mode as Record<string, unknown> | undefined)?.journal_mode).toLowerCase() !== 'wal') await setUp('PRAGMA journal_mode = WAL');
     for (const statement of SCHEMA) await setUp(statement);
-    return query;
+    query = run;
   };
-  const db = (): Promise<Query> => {
-    if (closed) return Promise.reject(new Error('idempotency-kit: the SQLite store is closed'));
-    ready ??= open().catch((error: unknown) => {
-      ready = undefined; // the next call tries again (a directory may have been fixed)
-      throw error;
-    });
-    return ready;
-  };
-  const exec: Query = async (sql, params) => (await db())(sql, params);
-  const hash = (key: string) => createHash('sha256').update(key).digest('base64url');
+  const exec: Query = (sql, params) => query!(sql, params);
+  const changed = async (sql: string, params: unknown[]) => (await exec(sql, params)).length === 1;
 
-  const sweep = async () => {
-    for (let batch = 0; batch < 10 && !closed; batch++) {
-      const rows = await exec(SWEEP, [Date.now(), sweepBatchSize]);
-      if (rows.length < sweepBatchSize) return;
-    }
-  };
-  // Nothing to sweep before first use.
-  const sweeper = startSweeper(sweepIntervalMs, sweep, () => ready !== undefined);
-
-  return {
-    name: 'sqlite',
-    async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
-      const k = hash(key);
-      for (let attempt = 0; attempt < 5; attempt++) {
+  return sqlStore(
+    {
+      name: 'sqlite',
+      label: 'SQLite',
+      setUp: () => {
+        const attempt = open();
+        opening = attempt;
+        return attempt;
+      },
+      async claim(key, request, leaseMs) {
+        // A key already live is answered by a read, which WAL runs beside the writer: losers
+        // (duplicates) never queue for the write lock that owners need for their completions.
+        // The read is a committed snapshot, so the answer is as atomic as the upsert's (S1).
+        const [live] = await exec(GET, [key, Date.now()]);
+        if (live) return { claimed: false, row: live };
         const now = Date.now();
-        const [row] = await exec(CLAIM, [k, request.fingerprint, request.token, request.createdAt, now + leaseMs, now]);
-        if (row) return { claimed: true, record: toRecord(row) as ProcessingRecord };
-        // Lost: read the live record (a second statement; SQLite is in-process, no round trip).
-        const [current] = await exec(GET, [k, Date.now()]);
-        if (current) return { claimed: false, record: toRecord(current) };
-      }
-      throw new Error('idempotency-kit: SQLite claim did not settle after 5 attempts (the key is churning)');
-    },
-    async get(key: string) {
-      const [row] = await exec(GET, [hash(key), Date.now()]);
-      return row ? toRecord(row) : undefined;
-    },
-    async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
-      const now = Date.now();
-      const body = response.body === null ? null : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength);
-      const rows = await exec(COMPLETE, [now + ttlMs, response.status, JSON.stringify(response.headers), body, hash(key), token, now]);
-      return rows.length === 1;
-    },
-    async release(key: string, token: string) {
-      return (await exec(RELEASE, [hash(key), token, Date.now()])).length === 1;
-    },
-    async extend(key: string, token: string, leaseMs: number) {
-      const now = Date.now();
-      return (await exec(EXTEND, [now + leaseMs, hash(key), token, now])).length === 1;
-    },
-    async close() {
-      if (closed) return;
-      closed = true;
-      await sweeper.stop();
-      if (owned && ready) {
-        await ready.catch(() => undefined);
-        await adapter?.disconnect().catch(() => undefined);
-      }
-    },
-    async delete(key: string) {
-      return (await exec(`DELETE FROM ${quoted} WHERE key = ? RETURNING 1 AS n`, [hash(key)])).length === 1;
-    },
-    async stats(options: MaintenanceOptions = {}): Promise<StoreStats> {
-      // One aggregate over the expires_at index; no batching needed in-process.
-      const rows = (await exec(
-        `SELECT CASE WHEN expires_at <= ? THEN 'expired' ELSE state END AS state, count(*) AS n, min(expires_at) AS oldest
+        const [row] = await exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, now + leaseMs, now]);
+        // Lost: the shared shape reads the live record (SQLite is in-process, no round trip).
+        return row ? { claimed: true, row } : { claimed: false };
+      },
+      async get(key) {
+        const [row] = await exec(GET, [key, Date.now()]);
+        return row;
+      },
+      complete(key, token, completion) {
+        const now = Date.now();
+        return changed(COMPLETE, [now + completion.ttlMs, completion.status, completion.headers, completion.body, key, token, now]);
+      },
+      release: (key, token) => changed(RELEASE, [key, token, Date.now()]),
+      extend(key, token, leaseMs) {
+        const now = Date.now();
+        return changed(EXTEND, [now + leaseMs, key, token, now]);
+      },
+      async sweep(limit) {
+        return (await exec(SWEEP, [Date.now(), limit])).length;
+      },
+      // Maintenance (the command line): any state, any owner.
+      delete: (key) => changed(`DELETE FROM ${quoted} WHERE key = ? RETURNING 1 AS n`, [key]),
+      stats: async () =>
+        (await exec(
+          `SELECT CASE WHEN expires_at <= ? THEN 'expired' ELSE state END AS state, count(*) AS n, min(expires_at) AS oldest
 FROM ${quoted} GROUP BY 1`,
-        [Date.now()],
-      )) as unknown as StatsGroup[];
-      return statsFromGroups(rows, options);
+          [Date.now()],
+        )) as unknown as StatsGroup[],
+      async close() {
+        if (owned && opening) {
+          await opening.catch(() => undefined);
+          await adapter?.disconnect().catch(() => undefined);
+        }
+      },
     },
-    async sweep(options: MaintenanceOptions = {}) {
-      let deleted = 0;
-      for (;;) {
-        const rows = await exec(SWEEP, [Date.now(), sweepBatchSize]);
-        deleted += rows.length;
-        options.onProgress?.(deleted);
-        if (rows.length < sweepBatchSize || closed) return deleted;
-      }
-    },
-  };
+    { sweepIntervalMs, sweepBatchSize },
+  );
 }

@@ -23,6 +23,8 @@ const expected: Record<string, string[]> = {
   './drivers/redis': ['redisStore'],
   './drivers/postgres': ['postgresStore'],
   './drivers/sqlite': ['sqliteStore'],
+  './drivers/mysql': ['mysqlStore'],
+  './testing': ['storeContract'],
   './client': ['createIdempotentFetch', 'IdempotentRequestError', 'isIdempotentRequestError'],
   './client/got': ['idempotentGot'],
   './client/ky': ['idempotentKy'],
@@ -92,9 +94,16 @@ describe('package exports', () => {
       JSON.parse(
         node(['-e', `require(${JSON.stringify(specifier(sub))}); console.log(JSON.stringify(Object.keys(require.cache)))`]),
       ) as string[];
-    const clients = { redis: '/node_modules/@redis/', postgres: '/node_modules/pg/', sqlite: '/node_modules/sqlite3/' };
+    const clients = {
+      redis: '/node_modules/@redis/',
+      postgres: '/node_modules/pg/',
+      sqlite: '/node_modules/sqlite3/',
+      mysql: '/node_modules/mysql2/',
+      // the store contract takes the test runner as an argument: it never loads one itself
+      vitest: '/node_modules/vitest/',
+    };
     const uses = (files: string[], client: string) => files.some((f) => f.includes(client));
-    for (const sub of ['.', './node', './express', './fastify', './koa', './fetch', './hono', './drivers/memory', './client', './client/got', './client/ky']) {
+    for (const sub of ['.', './node', './express', './fastify', './koa', './fetch', './hono', './drivers/memory', './drivers/mysql', './testing', './client', './client/got', './client/ky']) {
       const files = loaded(sub);
       for (const client of Object.values(clients)) expect(uses(files, client), `${sub} loads ${client}`).toBe(false);
     }
@@ -107,5 +116,6 @@ describe('package exports', () => {
     expect(uses(loaded('./drivers/redis'), clients.sqlite)).toBe(false);
     expect(uses(loaded('./drivers/postgres'), clients.redis)).toBe(false);
     expect(uses(loaded('./drivers/sqlite'), clients.postgres)).toBe(false);
+    expect(uses(loaded('./drivers/postgres'), clients.mysql)).toBe(false);
   });
 });

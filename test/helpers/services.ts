@@ -2,6 +2,8 @@ import net from 'node:net';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 export const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgresql://postgres@127.0.0.1:5432/test';
+/** MySQL or MariaDB; `.ci/run` creates the `idem` user and the `test` database. */
+export const MYSQL_URL = process.env.MYSQL_URL ?? 'mysql://idem:idem@127.0.0.1:3306/test';
 export const AMQP_URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 
 function reachable(url: string, timeoutMs = 1000): Promise<boolean> {

@@ -23,7 +23,7 @@ import { storeReachable, storeTarget, type StoreKind } from './fixtures/stores.j
 // Short for a fast suite, long enough that a loaded 2-core CI machine still shows the 409s.
 const LEASE_MS = 3000;
 const CRASHES_PER_STORE = 2;
-const KINDS: StoreKind[] = ['redis', 'postgres', 'sqlite'];
+const KINDS: StoreKind[] = ['redis', 'postgres', 'sqlite', 'mysql'];
 const survived = { crashes: 0, pauses: 0 };
 
 afterAll(async () => {

@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { createClient } from '@redis/client';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { POSTGRES_URL } from '../helpers/services.js';
+import { MYSQL_URL, POSTGRES_URL } from '../helpers/services.js';
 import { execLog, figure, request, sleep, startServer, stopAllServers, uniqueKey, type Reply, type ServerProcess } from './fixtures/cluster.js';
 import { storeReachable, storeTarget } from './fixtures/stores.js';
 
@@ -354,5 +354,133 @@ describe.skipIf(!postgresAvailable)('PostgreSQL outages', () => {
     expect(retry.replayed).toBe(true);
     expect(log.count(key)).toBe(1);
     outages.push('PostgreSQL terminated during complete');
+  }, 20_000);
+});
+
+const mysqlAvailable = await storeReachable('mysql');
+describe.skipIf(!mysqlAvailable)('MySQL outages', () => {
+  const target = storeTarget('mysql');
+  const log = execLog();
+  let server: ServerProcess;
+  let admin: import('mysql2/promise').Connection;
+  const mysqlPort = Number(new URL(MYSQL_URL).port || 3306);
+
+  /** The server's own connections (found by their client ports), as processlist ids. */
+  const ours = async (): Promise<Array<{ id: number; state: string | null }>> => {
+    const ports = new Set(connectionsOf(server.pid, mysqlPort));
+    const [rows] = await admin.query('SELECT id, host, state FROM information_schema.processlist');
+    return (rows as Array<{ id: number; host: string; state: string | null }>)
+      .filter((row) => ports.has(Number(row.host.split(':').at(-1))))
+      .map(({ id, state }) => ({ id, state }));
+  };
+  const kill = async (): Promise<number> => {
+    const threads = await ours();
+    for (const { id } of threads) await admin.query(`KILL ${Number(id)}`).catch(() => undefined);
+    return threads.length;
+  };
+  /** Hold the table's write lock so the store's statements wait, as they would on a sick server. */
+  const lockTable = async () => {
+    const { default: mysql } = await import('mysql2/promise');
+    const locker = await mysql.createConnection(MYSQL_URL);
+    await locker.query(`LOCK TABLES \`${target.namespace}\` WRITE`);
+    return locker;
+  };
+  /** Wait until `n` of our connections wait on a lock (their statement is in flight). */
+  const lockWaiters = async (n: number, timeoutMs = 1000): Promise<number> => {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const waiting = (await ours()).filter((t) => /lock/i.test(t.state ?? '')).length;
+      if (waiting >= n || performance.now() > deadline) return waiting;
+      await sleep(10);
+    }
+  };
+  const unlock = async (locker: import('mysql2/promise').Connection) => {
+    await locker.query('UNLOCK TABLES').catch(() => undefined);
+    await locker.end().catch(() => undefined);
+  };
+
+  beforeAll(async () => {
+    const { default: mysql } = await import('mysql2/promise');
+    admin = await mysql.createConnection(MYSQL_URL);
+    server = await startServer({
+      STORE: target.url,
+      NAMESPACE: target.namespace,
+      EXEC_LOG: log.path,
+      LEASE_MS,
+      WAIT_MS: 0,
+      STORE_TIMEOUT_MS,
+    });
+    await expectRecovered(server, 'warm-up'); // table created, pool connected
+  });
+  afterAll(async () => {
+    await server?.stop();
+    await admin?.end().catch(() => undefined);
+    await target.dispose().catch(() => {});
+    log.dispose();
+  });
+
+  it('H16: idle connections killed -> the next requests reconnect and succeed; the server does not crash', async () => {
+    expect(await kill()).toBeGreaterThan(0);
+    const replies = await Promise.all(Array.from({ length: 4 }, () => request(server.url, { key: uniqueKey('mysql-idle') })));
+    for (const reply of replies) {
+      expect([201, 503]).toContain(reply.status);
+      expect(reply.ms).toBeLessThan(STORE_TIMEOUT_MS + SLACK_MS);
+    }
+    await expectRecovered(server, 'mysql-after-idle');
+    expect(server.lines.filter((l) => l.type === 'fatal')).toEqual([]);
+    outages.push('MySQL idle connections killed');
+  }, 20_000);
+
+  it('H16/S6: connections killed during claim -> 503 store-unavailable within storeTimeoutMs, handler not run; recovers by itself', async () => {
+    const locker = await lockTable();
+    try {
+      const keys = Array.from({ length: 4 }, () => uniqueKey('mysql-claim'));
+      const pending = Promise.all(keys.map((key) => request(server.url, { key, body: { key } })));
+      expect(await lockWaiters(1, STORE_TIMEOUT_MS / 2)).toBeGreaterThan(0); // claims in flight
+      expect(await kill()).toBeGreaterThan(0);
+      for (const reply of await pending) {
+        expectUnavailable(reply);
+        expect(reply.ms).toBeLessThan(STORE_TIMEOUT_MS + SLACK_MS);
+      }
+      for (const key of keys) expect(log.count(key)).toBe(0);
+      await server.waitFor((l) => l.type === 'event' && l.event === 'store-error' && l.operation === 'claim');
+    } finally {
+      await unlock(locker);
+    }
+    await expectRecovered(server, 'mysql-after-claim');
+    outages.push('MySQL killed during claim');
+  }, 20_000);
+
+  it('H16/S6: connections killed during complete -> the client still gets its 201 within storeTimeoutMs and a store-error event', async () => {
+    const key = uniqueKey('mysql-complete');
+    const pending = request(server.url, { key, body: { key }, delayMs: 300 });
+    await server.waitFor((l) => l.type === 'exec' && l.key === key);
+    const locker = await lockTable();
+    let reply: Reply;
+    try {
+      // The handler finished; its completion is in flight, waiting on the lock.
+      expect(await lockWaiters(1)).toBeGreaterThanOrEqual(1);
+      expect(await kill()).toBeGreaterThan(0);
+      reply = await pending;
+    } finally {
+      await unlock(locker);
+    }
+    expect(reply.status).toBe(201);
+    expect(reply.replayed).toBe(false);
+    expect(reply.ms).toBeLessThan(300 + STORE_TIMEOUT_MS + SLACK_MS);
+    const event = await server.waitFor((l) => l.type === 'event' && l.event === 'store-error' && l.key === key);
+    expect(event.operation).toBe('complete');
+    await expectRecovered(server, 'mysql-after-complete');
+    // The completion died with its connection; the engine retries it in the background
+    // while the lease is still its own, so the retry replays instead of running again.
+    let retry = await request(server.url, { key, body: { key } });
+    for (let i = 0; i < 20 && retry.status === 409; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 250));
+      retry = await request(server.url, { key, body: { key } });
+    }
+    expect(retry.status).toBe(201);
+    expect(retry.replayed).toBe(true);
+    expect(log.count(key)).toBe(1);
+    outages.push('MySQL killed during complete');
   }, 20_000);
 });

@@ -4,6 +4,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import KeyvMysql from '@keyv/mysql';
 import KeyvPostgres from '@keyv/postgres';
 import KeyvRedis from '@keyv/redis';
 import KeyvSqlite from '@keyv/sqlite';
@@ -12,13 +13,21 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { SUPPORTED_SCHEMES, createStore } from '../../drivers/create-store.js';
 import { idempotent } from '../../src/idempotent.js';
 import type { IdempotencyStore } from '../../src/store.js';
-import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
+import { MYSQL_URL, POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 
 const redisUp = await serviceAvailable('Redis', REDIS_URL);
 const postgresUp = await serviceAvailable('PostgreSQL', POSTGRES_URL);
+const mysqlUp = await serviceAvailable('MySQL', MYSQL_URL);
+const mysqlTable = `ik_create_store_${randomUUID().replaceAll('-', '').slice(0, 12)}`;
 const dir = await mkdtemp(path.join(tmpdir(), 'idempotency-kit-create-store-'));
 afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
+  if (mysqlUp) {
+    const { default: mysql } = await import('mysql2/promise');
+    const admin = await mysql.createConnection(MYSQL_URL);
+    await admin.query(`DROP TABLE IF EXISTS \`${mysqlTable}\``);
+    await admin.end();
+  }
 });
 
 const claimOf = (token: string) => ({ token, fingerprint: 'fp', createdAt: Date.now() });
@@ -82,8 +91,14 @@ describe('createStore: URL forms', () => {
     }
   });
 
+  it.skipIf(!mysqlUp)('mysql:// (MySQL or MariaDB)', async () => {
+    const store = createStore(MYSQL_URL, { namespace: mysqlTable });
+    expect(store.name).toBe('mysql');
+    await runsOnce(store);
+  });
+
   it('lists every supported scheme', () => {
-    expect([...SUPPORTED_SCHEMES]).toEqual(['memory://', 'sqlite://', 'redis://', 'rediss://', 'redis+cluster://', 'rediss+cluster://', 'redis+sentinel://', 'rediss+sentinel://', 'postgres://', 'postgresql://']);
+    expect([...SUPPORTED_SCHEMES]).toEqual(['memory://', 'sqlite://', 'redis://', 'rediss://', 'redis+cluster://', 'rediss+cluster://', 'redis+sentinel://', 'rediss+sentinel://', 'postgres://', 'postgresql://', 'mysql://']);
   });
 });
 
@@ -121,12 +136,22 @@ describe('createStore: Keyv instances and adapters', () => {
     await runsOnce(createStore(new Keyv(adapter)));
     await adapter.disconnect();
   });
+
+  it.skipIf(!mysqlUp)('@keyv/mysql adapter and a Keyv over it', async () => {
+    const adapter = new KeyvMysql({ uri: MYSQL_URL, table: mysqlTable });
+    const store = createStore(adapter, { namespace: mysqlTable });
+    expect(store.name).toBe('mysql');
+    await runsOnce(store);
+    await runsOnce(createStore(new Keyv(adapter), { namespace: mysqlTable }));
+    await adapter.disconnect();
+  });
 });
 
 describe('createStore: every bad target gets an error a user understands', () => {
   const supported = /Supported: a URL \(memory:\/\/, sqlite:\/\/relative\/path\.db, .*redis:\/\/.*rediss:\/\/.*postgres:\/\/.*postgresql:\/\//;
   const cases: Array<[string, unknown, RegExp]> = [
-    ['an unknown scheme', 'mysql://db.example.com/app', /unknown scheme "mysql:"/],
+    ['an unknown scheme', 'mongodb://db.example.com/app', /unknown scheme "mongodb:"/],
+    ['a MySQL URL without a host', 'mysql://', /the MySQL URL has no host/],
     ['text that is not a URL', 'localhost:6379', /unknown scheme "localhost:"/],
     ['a bare word', 'redis', /it is not a URL/],
     ['an empty string', '', /it is not a URL/],
@@ -164,7 +189,7 @@ describe('createStore: every bad target gets an error a user understands', () =>
   }
 
   it('a password in the URL never appears in the error', () => {
-    for (const url of ['redis://user:s3cret@127.0.0.1:6379/cache', 'postgres://app:s3cret@db:port/app', 'rediss://:s3cret@/0']) {
+    for (const url of ['redis://user:s3cret@127.0.0.1:6379/cache', 'postgres://app:s3cret@db:port/app', 'rediss://:s3cret@/0', 'mysql://app:s3cret@db:port/app']) {
       expect(() => createStore(url)).toThrow(/\*\*\*@/);
       expect(() => createStore(url)).not.toThrow(/s3cret/);
     }
@@ -190,7 +215,7 @@ describe('createStore: lazy loading', () => {
       `import { createRequire } from 'node:module';
 ${code.replaceAll('@/', `${root}/`)}
 const cache = Object.keys(createRequire(import.meta.url).cache);
-const clients = { pg: '/node_modules/pg/', sqlite3: '/node_modules/sqlite3/', redis: '/node_modules/@redis/client/' };
+const clients = { pg: '/node_modules/pg/', sqlite3: '/node_modules/sqlite3/', redis: '/node_modules/@redis/client/', mysql2: '/node_modules/mysql2/' };
 console.log(JSON.stringify(Object.entries(clients).filter(([, p]) => cache.some((f) => f.includes(p))).map(([n]) => n)));
 `,
     );
@@ -199,18 +224,62 @@ console.log(JSON.stringify(Object.entries(clients).filter(([, p]) => cache.some(
   }
 
   it('createStore(url) loads no client until the store is used; importing one driver never loads another client', async () => {
-    const [unused, redis, postgres, sqlite] = await Promise.all([
+    const [unused, redis, postgres, sqlite, mysql] = await Promise.all([
       loadedClients(`const { createStore } = await import('@/drivers/create-store.ts');
-createStore('redis://127.0.0.1:1'); createStore('postgres://x@127.0.0.1:1/db'); createStore('sqlite://:memory:');`),
+createStore('redis://127.0.0.1:1'); createStore('postgres://x@127.0.0.1:1/db'); createStore('sqlite://:memory:'); createStore('mysql://x@127.0.0.1:1/db');`),
       loadedClients(`await import('@/drivers/redis.ts');`),
       loadedClients(`const { postgresStore } = await import('@/drivers/postgres.ts');
 const store = postgresStore({ url: 'postgres://x@127.0.0.1:1/db', timeoutMs: 200 });
 await store.get('k').catch(() => undefined); await store.close();`),
       loadedClients(`await import('@/drivers/sqlite.ts');`),
+      loadedClients(`const { mysqlStore } = await import('@/drivers/mysql.ts');
+const store = mysqlStore({ url: 'mysql://x@127.0.0.1:1/db', timeoutMs: 200 });
+await store.get('k').catch(() => undefined); await store.close();`),
     ]);
     expect(unused).toEqual([]);
     expect(redis).toEqual(['redis']);
     expect(postgres).toEqual(['pg']);
     expect(sqlite).toEqual(['sqlite3']);
+    expect(mysql).toEqual(['mysql2']);
+  });
+
+  it('a missing optional package: the first use says which packages to install, for every driver', async () => {
+    // A process where the adapter packages cannot be found, as in a project that never
+    // installed them: both `import` (ESM hook) and `require` (CommonJS resolver) fail.
+    const file = path.join(dir, `missing-${randomUUID()}.mts`);
+    const hidden = ['@keyv/redis', '@keyv/postgres', '@keyv/sqlite', '@keyv/mysql'];
+    await writeFile(
+      file,
+      `import Module, { register } from 'node:module';
+const hidden = ${JSON.stringify(hidden)};
+const notFound = (name, code) => Object.assign(new Error('Cannot find module ' + name), { code });
+const resolve = Module._resolveFilename;
+Module._resolveFilename = function (request, ...rest) {
+  if (hidden.includes(request)) throw notFound(request, 'MODULE_NOT_FOUND');
+  return resolve.call(this, request, ...rest);
+};
+register('data:text/javascript,' + encodeURIComponent(\`
+  const hidden = \${JSON.stringify(hidden)};
+  export async function resolve(specifier, context, next) {
+    if (hidden.includes(specifier)) throw Object.assign(new Error('Cannot find package ' + specifier), { code: 'ERR_MODULE_NOT_FOUND' });
+    return next(specifier, context);
+  }\`));
+const { createStore } = await import(${JSON.stringify(path.join(process.cwd(), 'drivers', 'create-store.ts'))});
+const messages = [];
+for (const url of ['redis://127.0.0.1:1', 'postgres://x@127.0.0.1:1/db', 'sqlite://:memory:', 'mysql://x@127.0.0.1:1/db']) {
+  const store = createStore(url, { timeoutMs: 200 });
+  messages.push(await store.get('k').then(() => 'no error', (error) => error.message));
+  await store.close();
+}
+console.log(JSON.stringify(messages));
+`,
+    );
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', file], { cwd: process.cwd() });
+    expect(JSON.parse(stdout.trim().split('\n').at(-1)!)).toEqual([
+      'idempotency-kit: the redis store needs optional packages: npm install keyv @keyv/redis',
+      'idempotency-kit: the postgres store needs optional packages: npm install keyv @keyv/postgres',
+      'idempotency-kit: the sqlite store needs optional packages: npm install keyv @keyv/sqlite',
+      'idempotency-kit: the mysql store needs optional packages: npm install keyv @keyv/mysql',
+    ]);
   });
 });

@@ -13,7 +13,8 @@ import { memoryStore } from '../../drivers/memory.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { redisStore } from '../../drivers/redis.js';
 import { sqliteStore } from '../../drivers/sqlite.js';
-import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
+import { MYSQL_URL, POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
+import { mysqlStore } from '../../drivers/mysql.js';
 import { storeMaintenanceContract } from '../helpers/store-maintenance-contract.js';
 
 const redisUp = await serviceAvailable('Redis', REDIS_URL);
@@ -49,6 +50,29 @@ storeMaintenanceContract(
   'postgres',
   postgresUp
     ? { create: async () => postgresStore({ url: POSTGRES_URL, table: freshTable(), sweepIntervalMs: 0, sweepBatchSize: 10 }), batched: true }
+    : undefined,
+);
+
+const mysqlUp = await serviceAvailable('MySQL', MYSQL_URL);
+const mysqlTables: string[] = [];
+afterAll(async () => {
+  if (!mysqlUp || mysqlTables.length === 0) return;
+  const { createPool } = await import('mysql2/promise');
+  const pool = createPool(MYSQL_URL);
+  for (const table of mysqlTables) await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
+  await pool.end();
+});
+storeMaintenanceContract(
+  'mysql',
+  mysqlUp
+    ? {
+        create: async () => {
+          const table = `ik_maint_${randomUUID().replaceAll('-', '').slice(0, 16)}`;
+          mysqlTables.push(table);
+          return mysqlStore({ url: MYSQL_URL, table, sweepIntervalMs: 0, sweepBatchSize: 10 });
+        },
+        batched: true,
+      }
     : undefined,
 );
 

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
+import { MYSQL_URL, POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 
 const WORKER = fileURLToPath(new URL('./race-worker.ts', import.meta.url));
 const PROCESSES = 4;
@@ -19,6 +19,7 @@ const CLAIMS_PER_KEY = 10;
 
 const redisUp = await serviceAvailable('Redis', REDIS_URL);
 const postgresUp = await serviceAvailable('PostgreSQL', POSTGRES_URL);
+const mysqlUp = await serviceAvailable('MySQL', MYSQL_URL);
 const dir = await mkdtemp(path.join(tmpdir(), 'idempotency-kit-race-'));
 afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
@@ -86,5 +87,9 @@ describe('multi-process claim race: 4 processes x 100 keys x 10 concurrent claim
 
   it.skipIf(!postgresUp)('S1/S5: PostgreSQL', async () => {
     await race(POSTGRES_URL);
+  });
+
+  it.skipIf(!mysqlUp)('S1/S5: MySQL / MariaDB', async () => {
+    await race(MYSQL_URL);
   });
 });

@@ -128,7 +128,8 @@ describe.skipIf(!available)('PostgreSQL: effect and record in one transaction', 
   it('H18: the transaction outlives its lease (renewals starved): the fenced completion matches no row, the effect rolls back, LeaseLostError; the successor keeps the key', async () => {
     // One connection: while the transaction holds it, the lease cannot renew.
     const tiny = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
-    const store = postgresStore({ pool: tiny, table: records, timeoutMs: 200 });
+    await tiny.query('SELECT 1');
+    const store = postgresStore({ pool: tiny, table: records });
     const successorStore = postgresStore({ url: POSTGRES_URL, table: records });
     const events: IdempotencyEvent[] = [];
     let takenOver!: () => void;
@@ -139,12 +140,12 @@ describe.skipIf(!available)('PostgreSQL: effect and record in one transaction', 
         await tookOver; // the successor claims once the lease ended
         return 'late';
       },
-      { store, key: (id) => id, transaction: true, leaseMs: 300, storeTimeoutMs: 200, onEvent: (e) => events.push(e) },
+      { store, key: (id) => id, transaction: true, leaseMs: 600, onEvent: (e) => events.push(e) },
     );
     const successor = idempotent(async (id: string, client) => {
       await client.query(`INSERT INTO "${orders}" (key, amount) VALUES ($1, 2)`, [id]);
       return 'successor';
-    }, { store: successorStore, key: (id) => id, transaction: true, wait: 10_000, leaseMs: 300 });
+    }, { store: successorStore, key: (id) => id, transaction: true, wait: 10_000 });
     const late = slow('d').catch((e: unknown) => e);
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(await successor('d')).toBe('successor');
@@ -164,20 +165,42 @@ describe.skipIf(!available)('PostgreSQL: effect and record in one transaction', 
     const counter = fresh('ik_tx_counter');
     tables.push(counter);
     await pool.query(`CREATE TABLE "${counter}" (id int PRIMARY KEY, n int NOT NULL); INSERT INTO "${counter}" VALUES (1, 0)`);
-    const bump = async (client: pg.PoolClient) => {
-      const { rows } = await client.query(`SELECT n FROM "${counter}" WHERE id = 1`);
-      await new Promise((resolve) => setTimeout(resolve, 30)); // both read before either writes
-      await client.query(`UPDATE "${counter}" SET n = $1 WHERE id = 1`, [rows[0].n + 1]);
-      return rows[0].n + 1;
-    };
     const store = postgresStore({ pool, table: records, isolationLevel: 'serializable', transactionAttempts: 10 });
-    const increment = idempotent(async (_id: string, client) => bump(client), { store, key: (id) => id, transaction: true });
-    await Promise.all(['s1', 's2', 's3'].map((id) => increment(id)));
+    // The three first attempts all read before any writes: all but one must be retried.
+    let runs = 0;
+    let allRead!: () => void;
+    const firstReads = new Promise<void>((resolve) => (allRead = resolve));
+    const increment = idempotent(
+      async (_id: string, client) => {
+        const run = ++runs;
+        const { rows } = await client.query(`SELECT n FROM "${counter}" WHERE id = 1`);
+        if (run === 3) allRead();
+        if (run <= 3) await firstReads;
+        await client.query(`UPDATE "${counter}" SET n = $1 WHERE id = 1`, [rows[0].n + 1]);
+        return rows[0].n + 1;
+      },
+      { store, key: (id) => id, transaction: true },
+    );
+    expect((await Promise.all(['s1', 's2', 's3'].map((id) => increment(id)))).sort()).toEqual([1, 2, 3]);
     expect((await pool.query(`SELECT n FROM "${counter}"`)).rows[0].n).toBe(3); // no lost update
+    expect(runs).toBeGreaterThan(3); // retried after serialization failures
     await store.close();
 
     const once = postgresStore({ pool, table: records, isolationLevel: 'serializable', transactionAttempts: 1 });
-    const incrementOnce = idempotent(async (_id: string, client) => bump(client), { store: once, key: (id) => id, transaction: true });
+    // Both read before either writes, however the machine schedules them.
+    let reads = 0;
+    let bothRead!: () => void;
+    const barrier = new Promise<void>((resolve) => (bothRead = resolve));
+    const incrementOnce = idempotent(
+      async (_id: string, client) => {
+        const { rows } = await client.query(`SELECT n FROM "${counter}" WHERE id = 1`);
+        if (++reads === 2) bothRead();
+        if (reads <= 2) await barrier;
+        await client.query(`UPDATE "${counter}" SET n = $1 WHERE id = 1`, [rows[0].n + 1]);
+        return rows[0].n + 1;
+      },
+      { store: once, key: (id) => id, transaction: true },
+    );
     const outcomes = await Promise.allSettled(['t1', 't2'].map((id) => incrementOnce(id)));
     const rejected = outcomes.filter((o) => o.status === 'rejected').map((o) => (o as PromiseRejectedResult).reason);
     expect(rejected).toHaveLength(1);

@@ -1,17 +1,16 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import net from 'node:net';
 import KeyvRedis, { createClient } from '@keyv/redis';
 import Keyv from 'keyv';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { redisStore } from '../../drivers/redis.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
-import { storeContract } from '../helpers/store-contract.js';
+import { settleContract, storeContract } from '../helpers/store-contract.js';
 
 const available = await serviceAvailable('Redis', REDIS_URL);
 
 const claimOf = (token: string, fingerprint = 'fp') => ({ token, fingerprint, createdAt: Date.now() });
 const response = { status: 201, headers: { 'content-type': 'text/plain' }, body: new Uint8Array(Buffer.from('ok')) };
-const hashed = (key: string) => createHash('sha256').update(key).digest('base64url');
 
 storeContract(
   'redis',
@@ -23,6 +22,9 @@ storeContract(
       }
     : undefined,
 );
+
+const settleNamespace = `idk-settle-${randomUUID()}`;
+settleContract('redis', available ? async () => redisStore({ url: REDIS_URL, namespace: settleNamespace }) : undefined);
 
 /** A TCP proxy to Redis that the test can cut and restore, to play "Redis went down". */
 async function proxyTo(target: string) {
@@ -67,13 +69,13 @@ describe.skipIf(!available)('redis store specifics', () => {
     await inspector.close();
   });
 
-  it('S7: one key per record, <namespace>:<sha256>, expiring by PX (lease, then ttl)', async () => {
+  it('S7: one key per record, <namespace>:<storage key> (the engine\'s hash, not hashed again), expiring by PX (lease, then ttl)', async () => {
     const namespace = `ik-test-${randomUUID()}`;
     const store = redisStore({ url: REDIS_URL, namespace });
     const key = "user text 'with' *glob* [chars]";
     await store.claim(key, claimOf('t'), 5000);
     const keys = await inspector.keys(`${namespace}:*`);
-    expect(keys).toEqual([`${namespace}:${hashed(key)}`]);
+    expect(keys).toEqual([`${namespace}:${key}`]);
     const leasePttl = await inspector.pTTL(keys[0]!);
     expect(leasePttl).toBeGreaterThan(4000);
     expect(leasePttl).toBeLessThanOrEqual(5000);
@@ -88,7 +90,7 @@ describe.skipIf(!available)('redis store specifics', () => {
     const store = redisStore({ url: REDIS_URL, namespace });
     await store.claim('k', claimOf('t'), 1000);
     expect(await store.extend('k', 't', 30_000)).toBe(true);
-    expect(await inspector.pTTL(`${namespace}:${hashed('k')}`)).toBeGreaterThan(29_000);
+    expect(await inspector.pTTL(`${namespace}:k`)).toBeGreaterThan(29_000);
     const record = await store.get('k');
     expect(record?.state === 'processing' && record.leaseUntil).toBeGreaterThan(Date.now() + 29_000);
     await store.close();
@@ -139,7 +141,7 @@ describe.skipIf(!available)('redis store specifics', () => {
     const db15 = inspector.duplicate({ database: 15 });
     await db15.connect();
     expect(await db15.keys(`${namespace}:*`)).toHaveLength(1);
-    await db15.del(`${namespace}:${hashed('k')}`);
+    await db15.del(`${namespace}:k`);
     await db15.close();
     await store.close();
   });
@@ -180,8 +182,31 @@ describe.skipIf(!available)('redis store specifics', () => {
     await proxy.stop();
   });
 
+  it('H8: a dropped wake-up subscription reports down, reconnects by itself, reports ready and delivers again', async () => {
+    const proxy = await proxyTo(REDIS_URL);
+    const namespace = `idk-settle-${randomUUID()}`;
+    const reader = redisStore({ url: proxy.url(), namespace, timeoutMs: 1000 });
+    const writer = redisStore({ url: REDIS_URL, namespace });
+    const events: string[] = [];
+    const seen: string[] = [];
+    reader.subscribe!({ settled: (k) => seen.push(k), ready: () => events.push('ready'), down: () => events.push('down') });
+    await vi.waitFor(() => expect(events).toEqual(['ready']), { timeout: 5000, interval: 20 });
+
+    await proxy.stop();
+    await vi.waitFor(() => expect(events).toEqual(['ready', 'down']), { timeout: 5000, interval: 20 });
+    await proxy.start();
+    await vi.waitFor(() => expect(events).toEqual(['ready', 'down', 'ready']), { timeout: 10_000, interval: 20 });
+    const key = randomUUID();
+    await writer.claim(key, claimOf('t'), 5000);
+    expect(await writer.complete(key, 't', response, 60_000)).toBe(true);
+    await vi.waitFor(() => expect(seen).toContain(key), { timeout: 5000, interval: 20 });
+    expect(await reader.get(key)).toMatchObject({ state: 'completed' });
+    await Promise.all([reader.close(), writer.close()]);
+    await proxy.stop();
+  });
+
   it('rejects bad options with precise TypeErrors', () => {
-    expect(() => redisStore({ url: 'http://x' })).toThrow('Expected `url` to start with redis://, rediss://, redis+cluster:// or redis+sentinel://, got "http://x"');
+    expect(() => redisStore({ url: 'http://x' })).toThrow('Expected `url` to start with redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel:// or rediss+sentinel://, got "http://x"');
     expect(() => redisStore({ url: 'redis://127.0.0.1:6379/db' })).toThrow(/database number/);
     expect(() => redisStore({ timeoutMs: -1 })).toThrow('Expected `timeoutMs` to be a positive integer, got -1');
     expect(() => redisStore({ namespace: '' })).toThrow('Expected `namespace` to be a non-empty string, got ""');

@@ -78,10 +78,14 @@ describe('sqlite store specifics', () => {
       'headers',
       'body',
     ]);
-    // S7: the stored key is a hash, never the caller's text
+    // S7: the engine's key (already a hash, base64url) is stored as it is; other text as ~<sha256>
     const rows = (await probe.query('SELECT key FROM idem_records')) as Array<{ key: string }>;
-    expect(rows).toHaveLength(1);
-    expect(rows[0]!.key).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(rows).toEqual([{ key: 'k' }]);
+    const other = sqliteStore({ url: `sqlite://${file}`, table: 'idem_records' });
+    await other.claim("'; DROP TABLE x; --", claimOf('t'), 5000);
+    await other.close();
+    const keys = (await probe.query('SELECT key FROM idem_records ORDER BY key')) as Array<{ key: string }>;
+    expect(keys.map((r) => r.key)).toEqual(['k', expect.stringMatching(/^~[A-Za-z0-9_-]{43}$/)]);
     await probe.disconnect();
   });
 

@@ -1,0 +1,173 @@
+/**
+ * Internal: the store shape the SQL drivers (SQLite, PostgreSQL, MySQL) share. A driver
+ * gives a dialect (its statements, its connection, its set-up); this module gives the
+ * rest the same way for all three: the key form, set-up once (and again after a failure),
+ * the claim-retry loop, rows to records, the bounded background sweep, closing.
+ * Loads no database client. Not a package entry.
+ * @module
+ */
+import {
+  recordFromRow,
+  type ClaimRequest,
+  type ClaimResult,
+  type IdempotencyRecord,
+  type IdempotencyStore,
+  type MaintenanceOptions,
+  type ProcessingRecord,
+  type SqlRecordRow,
+  type StoredResponse,
+} from '../src/store.js';
+import { statsFromGroups, type StatsGroup } from '../src/maintenance.js';
+import { startSweeper } from '../src/timers.js';
+import { assertInteger } from '../src/validate.js';
+import { assertTableName, bodyBuffer, claimUntilSettled, sqlKey, sweepInBatches } from './utils.js';
+
+/** A row as a dialect reads it: `headers` may still be JSON text (SQLite, MySQL). */
+export type SqlRow = Omit<SqlRecordRow, 'headers'> & { headers: SqlRecordRow['headers'] | string };
+
+/** What a claim statement found: won (the new row), or lost (the live row, when it could see it). */
+export type SqlClaim = { claimed: true; row: SqlRow } | { claimed: false; row?: SqlRow };
+
+/** A completion as the dialects bind it. */
+export interface SqlCompletion {
+  status: number;
+  /** The headers as JSON text. */
+  headers: string;
+  /** NULL marks "completed without a replayable body". */
+  body: Buffer | null;
+  ttlMs: number;
+  /** The key as the store's methods received it (not hashed), for wake-up messages. */
+  storageKey: string;
+}
+
+/**
+ * One SQL database's statements. Every method is one short statement (or two for a
+ * claim whose loser must read the live row); none holds a transaction open while a
+ * handler runs. Keys arrive in their stored form.
+ */
+export interface SqlDialect {
+  /** The store's `name`. */
+  name: string;
+  /** The database in messages ("the MySQL store is closed"). */
+  label: string;
+  /** Connect and create the table if needed; called before the first statement, and again after it failed. */
+  setUp(): Promise<void>;
+  /** Insert, or take over a row whose lease or replay window ended; never touch a live row. */
+  claim(key: string, request: ClaimRequest, leaseMs: number): Promise<SqlClaim>;
+  /** The live row, if any. */
+  get(key: string): Promise<SqlRow | undefined>;
+  /** Compare-and-set by token on a live processing row; whether it changed. */
+  complete(key: string, token: string, completion: SqlCompletion): Promise<boolean>;
+  /** `storageKey`: the key as the store's methods received it, for wake-up messages. */
+  release(key: string, token: string, storageKey: string): Promise<boolean>;
+  extend(key: string, token: string, leaseMs: number): Promise<boolean>;
+  /** Delete up to `limit` expired rows (never one that is live again); how many went. */
+  sweep(limit: number): Promise<number>;
+  /** Close what the dialect opened itself. */
+  close(): Promise<void>;
+  /** Maintenance (the command line): delete the row at `key` whatever its state; whether there was one. */
+  delete?(key: string): Promise<boolean>;
+  /** Maintenance: `SELECT <state, or 'expired' past expires_at>, count(*), min(expires_at) … GROUP BY 1`. */
+  stats?(): Promise<StatsGroup[]>;
+  /** Optional wake-ups for waiting duplicates (see `IdempotencyStore.subscribe`). */
+  subscribe?: IdempotencyStore['subscribe'];
+}
+
+export interface SqlStoreOptions {
+  /** 0 disables the sweep. */
+  sweepIntervalMs: number;
+  sweepBatchSize: number;
+}
+
+/** The options every SQL driver takes, checked, with their defaults. */
+export function checkSqlOptions(
+  options: { table?: unknown; timeoutMs?: unknown; sweepIntervalMs?: unknown; sweepBatchSize?: unknown },
+  schemaQualified: boolean,
+): { table: string; timeoutMs: number; sweepIntervalMs: number; sweepBatchSize: number } {
+  const table = options.table ?? 'idempotency_kit_records';
+  const timeoutMs = options.timeoutMs ?? 2000;
+  const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
+  const sweepBatchSize = options.sweepBatchSize ?? 1000;
+  assertTableName('`table`', table, schemaQualified);
+  assertInteger('timeoutMs', timeoutMs, 1);
+  assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
+  assertInteger('sweepBatchSize', sweepBatchSize, 1);
+  return { table, timeoutMs, sweepIntervalMs, sweepBatchSize };
+}
+
+const toRecord = (row: SqlRow): IdempotencyRecord =>
+  recordFromRow({ ...row, headers: typeof row.headers === 'string' ? (JSON.parse(row.headers) as SqlRecordRow['headers']) : row.headers });
+
+/** An {@link IdempotencyStore} over a dialect. */
+export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): IdempotencyStore {
+  let closed = false;
+  let ready: Promise<void> | undefined;
+  const setUp = (): Promise<void> => {
+    if (closed) return Promise.reject(new Error(`idempotency-kit: the ${dialect.label} store is closed`));
+    ready ??= dialect.setUp().catch((error: unknown) => {
+      ready = undefined; // the next call tries again (the server may be back, a directory fixed)
+      throw error;
+    });
+    return ready;
+  };
+  const run = async <T>(statement: () => Promise<T>): Promise<T> => {
+    await setUp();
+    return statement();
+  };
+
+  // Nothing to sweep before this store was used (and no table to create on a timer).
+  const sweeper = startSweeper(
+    options.sweepIntervalMs,
+    () => sweepInBatches(() => run(() => dialect.sweep(options.sweepBatchSize)), options.sweepBatchSize, () => closed),
+    () => ready !== undefined,
+  );
+
+  return {
+    name: dialect.name,
+    async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
+      const k = sqlKey(key);
+      // A loser whose conflicting row was gone by the time it looked (released, or
+      // committed after its statement's snapshot) reads again, and claims again if need be.
+      return claimUntilSettled(dialect.label, async () => {
+        const result = await run(() => dialect.claim(k, request, leaseMs));
+        if (result.claimed) return { claimed: true, record: toRecord(result.row) as ProcessingRecord };
+        const row = result.row ?? (await run(() => dialect.get(k)));
+        return row ? { claimed: false, record: toRecord(row) } : undefined;
+      });
+    },
+    async get(key: string) {
+      const row = await run(() => dialect.get(sqlKey(key)));
+      return row ? toRecord(row) : undefined;
+    },
+    async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
+      const completion = { status: response.status, headers: JSON.stringify(response.headers), body: bodyBuffer(response.body), ttlMs, storageKey: key };
+      return run(() => dialect.complete(sqlKey(key), token, completion));
+    },
+    async release(key: string, token: string) {
+      return run(() => dialect.release(sqlKey(key), token, key));
+    },
+    async extend(key: string, token: string, leaseMs: number) {
+      return run(() => dialect.extend(sqlKey(key), token, leaseMs));
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await sweeper.stop();
+      await dialect.close();
+    },
+    ...(dialect.subscribe ? { subscribe: dialect.subscribe } : {}),
+    // Maintenance (docs/cli.md): delete and stats when the dialect has them, sweep always.
+    ...(dialect.delete ? { delete: (key: string) => run(() => dialect.delete!(sqlKey(key))) } : {}),
+    ...(dialect.stats ? { stats: async (opts?: MaintenanceOptions) => statsFromGroups(await run(() => dialect.stats!()), opts) } : {}),
+    async sweep(opts: MaintenanceOptions = {}) {
+      // Every expired row, in the store's batches, with progress after each.
+      let deleted = 0;
+      for (;;) {
+        const n = await run(() => dialect.sweep(options.sweepBatchSize));
+        deleted += n;
+        opts.onProgress?.(deleted);
+        if (n < options.sweepBatchSize || closed) return deleted;
+      }
+    },
+  };
+}

@@ -1,0 +1,145 @@
+/**
+ * Internal: what every driver needs and none should write again: option and URL checks,
+ * password masking, the Keyv adapter inputs, loading an optional package with an install
+ * hint, the claim-retry and sweep loops. Loads no database client. Not a package entry.
+ * @module
+ */
+import { createHash } from 'node:crypto';
+import { createRequire } from 'node:module';
+import type { ClaimResult, IdempotencyRecord } from '../src/store.js';
+
+/** The URL as shown in errors (JSON-quoted): a password never reaches a log. */
+export function redactUrl(url: unknown): string {
+  return typeof url === 'string'
+    ? JSON.stringify(url.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#@:]*:)[^/?#@]*@/, '$1***@'))
+    : String(url);
+}
+
+/** `new URL(text)`, or undefined when it is not a valid URL. */
+export function parseUrl(text: string): URL | undefined {
+  try {
+    return new URL(text);
+  } catch {
+    return undefined;
+  }
+}
+
+const SQL_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+
+/** Whether `value` is a plain SQL identifier, or `schema.table` when `qualified`. */
+function isSqlTableName(value: unknown, qualified: boolean): value is string {
+  const parts = typeof value === 'string' ? value.split('.') : [];
+  return parts.length >= 1 && parts.length <= (qualified ? 2 : 1) && parts.every((part) => SQL_IDENTIFIER.test(part));
+}
+
+/**
+ * Throw unless `value` is a table name the SQL drivers can quote safely. `option` names
+ * the option in the message, e.g. "`table`".
+ */
+export function assertTableName(option: string, value: unknown, qualified: boolean): asserts value is string {
+  if (!isSqlTableName(value, qualified)) {
+    throw new TypeError(
+      `Expected ${option} to be an SQL identifier (letters, digits and _${qualified ? ', optionally schema.table' : ''}), got ${JSON.stringify(value)}`,
+    );
+  }
+}
+
+/** Whether a record is still in force at `now` (lease or replay window not ended). */
+export function isLive(record: IdempotencyRecord, now: number): boolean {
+  return record.state === 'processing' ? record.leaseUntil > now : record.expiresAt > now;
+}
+
+/**
+ * The key as an SQL driver stores it. The engine hands every store a SHA-256 of (scope,
+ * key) in base64url, which is stored as it is, so a row can be found from the key the
+ * engine computed. Any other text (a caller using the store directly) is replaced by
+ * `~` and its SHA-256: it then fits the column whatever its length, NUL bytes or
+ * collation, and cannot equal an engine key (those never contain `~`).
+ */
+export function sqlKey(key: string): string {
+  return /^[A-Za-z0-9_-]{1,86}$/.test(key) ? key : `~${createHash('sha256').update(key).digest('base64url')}`;
+}
+
+/** The body bytes as a Buffer over the same memory (what SQL clients bind as a blob). */
+export function bodyBuffer(body: Uint8Array | null): Buffer | null {
+  return body === null ? null : Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+}
+
+/** The error for an optional package that is not installed, with the line that installs it. */
+export function missingPackages(store: string, packages: readonly string[], cause: unknown): Error {
+  return new Error(`idempotency-kit: the ${store} store needs optional packages: npm install ${packages.join(' ')}`, { cause });
+}
+
+export function isModuleNotFound(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
+}
+
+/**
+ * Load `name` as installed with `viaPackage` (its dependency, e.g. `pg` under
+ * `@keyv/postgres`), resolved from that package's location so it is found under any
+ * package manager layout and never bundled. A missing package gets the install line.
+ */
+export function requireVia<T>(store: string, packages: readonly string[], viaPackage: string, name: string): T {
+  const here = typeof __filename === 'string' ? __filename : import.meta.url;
+  try {
+    const via = createRequire(here).resolve(viaPackage);
+    return createRequire(via)(name) as T;
+  } catch (error) {
+    if (isModuleNotFound(error)) throw missingPackages(store, packages, error);
+    throw error;
+  }
+}
+
+export interface KeyvInputOptions {
+  url?: string;
+  adapter?: unknown;
+  keyv?: unknown;
+}
+
+/** Throw unless exactly one of `url`, `adapter` and `keyv` is given. */
+export function assertOneSource(options: KeyvInputOptions): void {
+  const given = [options.url, options.adapter, options.keyv].filter((v) => v !== undefined).length;
+  if (given !== 1) throw new TypeError('Expected exactly one of `url`, `adapter` or `keyv`');
+}
+
+/**
+ * The driver's Keyv adapter from `adapter`, or from the store of a `keyv` instance; a
+ * TypeError naming the package and how to build one otherwise.
+ */
+export function adapterFrom<T>(
+  options: KeyvInputOptions,
+  adapter: { pkg: string; construct: string; is(value: unknown): boolean },
+): T {
+  const candidate = options.adapter ?? (options.keyv as { store?: unknown } | undefined)?.store;
+  if (adapter.is(candidate)) return candidate as T;
+  throw new TypeError(
+    options.adapter === undefined
+      ? `Expected \`keyv\` to be a Keyv instance over a ${adapter.pkg} adapter (new Keyv(${adapter.construct}))`
+      : `Expected \`adapter\` to be a ${adapter.pkg} adapter (${adapter.construct})`,
+  );
+}
+
+/**
+ * Run `attempt` until it settles, at most 5 times. An attempt returns undefined when the
+ * claim lost to a record that was gone again by the time it was read (released or
+ * expired in between): the key is then free and the claim is tried again.
+ */
+export async function claimUntilSettled(store: string, attempt: () => Promise<ClaimResult | undefined>): Promise<ClaimResult> {
+  for (let i = 0; i < 5; i++) {
+    const result = await attempt();
+    if (result) return result;
+  }
+  throw new Error(`idempotency-kit: ${store} claim did not settle after 5 attempts (the key is churning)`);
+}
+
+/**
+ * One sweep: delete expired rows in batches of `batchSize` (each batch one short
+ * statement, so a sweep never holds locks for long), at most 10 batches per run.
+ * `deleteBatch` returns how many rows it deleted.
+ */
+export async function sweepInBatches(deleteBatch: () => Promise<number>, batchSize: number, stopped: () => boolean): Promise<void> {
+  for (let batch = 0; batch < 10 && !stopped(); batch++) {
+    if ((await deleteBatch()) < batchSize) return;
+  }
+}

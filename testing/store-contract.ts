@@ -1,0 +1,248 @@
+/**
+ * `idempotency-kit/testing`: the store contract every built-in store passes, for your
+ * own store. Atomic claims under concurrency, compare-and-set by token, expiry, and
+ * failures that reject in bounded time; see docs/writing-a-store.md.
+ * @module
+ * @example
+ * import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+ * import { storeContract } from 'idempotency-kit/testing';
+ * import { dynamoStore } from '../src/dynamo-store.js';
+ *
+ * storeContract('dynamodb', {
+ *   create: async () => dynamoStore({ table: `idem-test-${Date.now()}` }),
+ *   broken: async () => ({ store: dynamoStore({ endpoint: 'http://127.0.0.1:1' }), failingKey: 'k', allOperations: true }),
+ * }, { describe, it, expect, beforeAll, afterAll });
+ */
+import { randomUUID } from 'node:crypto';
+import type { IdempotencyStore, StoredResponse } from '../src/store.js';
+
+/** What the contract runs against. */
+export interface ContractTarget {
+  /** A fresh store on a working backend. */
+  create: () => Promise<IdempotencyStore>;
+  /**
+   * A store whose backend fails (unreachable server, full memory): every call must
+   * reject (S4), within a bounded time (S6).
+   */
+  broken: () => Promise<{
+    store: IdempotencyStore;
+    failingKey: string;
+    /** Network and file stores: get, complete, release and extend must reject too. */
+    allOperations?: boolean;
+  }>;
+}
+
+/** `expect` as vitest and Jest give it; its matchers are the runner's own. */
+type Expect = (actual: unknown, message?: string) => any;
+
+/**
+ * The test functions the contract registers its tests with. Vitest's (pass them, or
+ * enable its `globals`), Jest's globals, or any runner with the same names.
+ */
+export interface ContractRunner {
+  describe: ((name: string, body: () => void) => void) & { skip: (name: string, body: () => void) => void };
+  it: (name: string, body: () => Promise<void>, timeoutMs?: number) => void;
+  expect: Expect;
+  beforeAll: (body: () => Promise<void>, timeoutMs?: number) => void;
+  afterAll: (body: () => Promise<void>, timeoutMs?: number) => void;
+}
+
+function globalRunner(): ContractRunner {
+  const g = globalThis as Record<string, unknown>;
+  const names = ['describe', 'it', 'expect', 'beforeAll', 'afterAll'] as const;
+  const missing = names.filter((name) => typeof g[name] !== 'function');
+  if (missing.length > 0) {
+    throw new TypeError(
+      `Expected a test runner: pass { describe, it, expect, beforeAll, afterAll } (e.g. from 'vitest') as storeContract's third argument, or run with test globals; missing ${missing.join(', ')}`,
+    );
+  }
+  return g as unknown as ContractRunner;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const key = () => `contract-${randomUUID()}`;
+const claimOf = (token: string, fingerprint = 'fp-1') => ({ token, fingerprint, createdAt: Date.now() });
+const response = (status = 201, text = 'hello'): StoredResponse => ({
+  status,
+  headers: { 'content-type': 'text/plain', location: '/x/1', link: ['<a>; rel=a', '<b>; rel=b'] },
+  body: new Uint8Array(Buffer.from(text)),
+});
+
+/**
+ * Register the store contract's tests for one store. `target` undefined registers them
+ * as skipped (e.g. the store's server is not reachable). Each test uses fresh random
+ * keys, so one store may serve the whole suite; `create()` is called once, `broken()`
+ * once, and both stores are closed at the end.
+ */
+export function storeContract(name: string, target: ContractTarget | undefined, runner: ContractRunner = globalRunner()): void {
+  const { describe, it, expect, beforeAll, afterAll } = runner;
+  (target ? describe : describe.skip)(`store contract: ${name}`, () => {
+    let store: IdempotencyStore;
+    beforeAll(async () => {
+      store = await target!.create();
+    });
+    afterAll(async () => {
+      await store?.close();
+    });
+
+    it('S1: a claim on an absent key wins and writes a processing record', async () => {
+      const k = key();
+      const result = await store.claim(k, claimOf('t1'), 5000);
+      expect(result.claimed).toBe(true);
+      const record = await store.get(k);
+      expect(record).toMatchObject({ state: 'processing', token: 't1', fingerprint: 'fp-1' });
+      expect(record?.state === 'processing' && record.leaseUntil).toBeGreaterThan(Date.now());
+    });
+
+    it('S1: of 60 concurrent claimers on one key exactly one wins; losers see the winner', async () => {
+      const k = key();
+      const results = await Promise.all(
+        Array.from({ length: 60 }, (_, i) => store.claim(k, claimOf(`t${i}`), 5000)),
+      );
+      const winners = results.filter((r) => r.claimed);
+      expect(winners).toHaveLength(1);
+      const winnerToken = winners[0]!.record.token;
+      for (const r of results) expect(r.record.token).toBe(winnerToken);
+    });
+
+    it('S1: concurrent claims on 40 different keys all win', async () => {
+      const results = await Promise.all(Array.from({ length: 40 }, (_, i) => store.claim(key(), claimOf(`t${i}`), 5000)));
+      expect(results.every((r) => r.claimed)).toBe(true);
+    });
+
+    it('S1: a live completed record is returned to a claimer, not overwritten', async () => {
+      const k = key();
+      await store.claim(k, claimOf('t1'), 5000);
+      expect(await store.complete(k, 't1', response(), 60_000)).toBe(true);
+      const again = await store.claim(k, claimOf('t2', 'fp-2'), 5000);
+      expect(again.claimed).toBe(false);
+      expect(again.record).toMatchObject({ state: 'completed', token: 't1', fingerprint: 'fp-1' });
+    });
+
+    it('S1/H17: after the lease expires exactly one of many claimers takes over with a new token', async () => {
+      const k = key();
+      await store.claim(k, claimOf('old'), 300);
+      expect((await store.claim(k, claimOf('early'), 5000)).claimed).toBe(false);
+      await sleep(450);
+      const results = await Promise.all(Array.from({ length: 20 }, (_, i) => store.claim(k, claimOf(`new${i}`), 5000)));
+      expect(results.filter((r) => r.claimed)).toHaveLength(1);
+      expect((await store.get(k))!.token).toMatch(/^new/);
+    });
+
+    it('S2: complete stores status, headers and body bytes; only the owner can complete', async () => {
+      const k = key();
+      await store.claim(k, claimOf('owner'), 5000);
+      expect(await store.complete(k, 'intruder', response(), 60_000)).toBe(false);
+      expect(await store.complete(k, 'owner', response(201, 'héllo \u0000 bytes'), 60_000)).toBe(true);
+      const record = await store.get(k);
+      expect(record?.state).toBe('completed');
+      if (record?.state !== 'completed') return;
+      expect(record.response.status).toBe(201);
+      expect(record.response.headers).toEqual(response().headers);
+      expect(Buffer.from(record.response.body!).toString()).toBe('héllo \u0000 bytes');
+      expect(record.expiresAt).toBeGreaterThan(Date.now() + 50_000);
+      // a completed record cannot be completed or released again
+      expect(await store.complete(k, 'owner', response(500), 60_000)).toBe(false);
+      expect(await store.release(k, 'owner')).toBe(false);
+      expect(await store.extend(k, 'owner', 5000)).toBe(false);
+    });
+
+    it('S2/H12: a record can complete without a body (not replayable)', async () => {
+      const k = key();
+      await store.claim(k, claimOf('owner'), 5000);
+      expect(await store.complete(k, 'owner', { status: 200, headers: {}, body: null }, 60_000)).toBe(true);
+      const record = await store.get(k);
+      expect(record?.state === 'completed' && record.response.body).toBeNull();
+    });
+
+    it('S2: release deletes only for the owner', async () => {
+      const k = key();
+      await store.claim(k, claimOf('owner'), 5000);
+      expect(await store.release(k, 'intruder')).toBe(false);
+      expect(await store.get(k)).toBeDefined();
+      expect(await store.release(k, 'owner')).toBe(true);
+      expect(await store.get(k)).toBeUndefined();
+      expect((await store.claim(k, claimOf('next'), 5000)).claimed).toBe(true);
+    });
+
+    it('S2/H17: extend pushes the lease only for the owner', async () => {
+      const k = key();
+      await store.claim(k, claimOf('owner'), 300);
+      expect(await store.extend(k, 'intruder', 5000)).toBe(false);
+      expect(await store.extend(k, 'owner', 5000)).toBe(true);
+      await sleep(450);
+      const record = await store.get(k);
+      expect(record).toMatchObject({ state: 'processing', token: 'owner' });
+      expect((await store.claim(k, claimOf('thief'), 5000)).claimed).toBe(false);
+    });
+
+    it('H18: a fenced-out owner cannot complete, release or extend after a takeover', async () => {
+      const k = key();
+      await store.claim(k, claimOf('stale'), 250);
+      await sleep(400);
+      expect((await store.claim(k, claimOf('fresh'), 5000)).claimed).toBe(true);
+      expect(await store.complete(k, 'stale', response(), 60_000)).toBe(false);
+      expect(await store.release(k, 'stale')).toBe(false);
+      expect(await store.extend(k, 'stale', 5000)).toBe(false);
+      expect(await store.get(k)).toMatchObject({ state: 'processing', token: 'fresh' });
+      expect(await store.complete(k, 'fresh', response(), 60_000)).toBe(true);
+    });
+
+    it('S2: an expired lease cannot be extended or completed by its old owner', async () => {
+      const k = key();
+      await store.claim(k, claimOf('slow'), 250);
+      await sleep(400);
+      expect(await store.extend(k, 'slow', 5000)).toBe(false);
+      expect(await store.complete(k, 'slow', response(), 60_000)).toBe(false);
+    });
+
+    it('S3/H20: get never returns an expired record, and the key is new again after ttl', async () => {
+      const k = key();
+      await store.claim(k, claimOf('owner'), 5000);
+      await store.complete(k, 'owner', response(), 300);
+      expect(await store.get(k)).toBeDefined();
+      await sleep(450);
+      expect(await store.get(k)).toBeUndefined();
+      expect((await store.claim(k, claimOf('second'), 5000)).claimed).toBe(true);
+    });
+
+    it('S3: get never returns a processing record whose lease ended', async () => {
+      const k = key();
+      await store.claim(k, claimOf('owner'), 250);
+      await sleep(400);
+      expect(await store.get(k)).toBeUndefined();
+    });
+
+    it('S7: any key text is stored opaquely (the core hashes; drivers must not interpret)', async () => {
+      for (const k of ["a'; DROP TABLE x; --", 'k*?[]{}', 'redis.call("FLUSHALL")', 'ключ\u0000\r\n']) {
+        expect((await store.claim(k, claimOf('t'), 5000)).claimed).toBe(true);
+        expect((await store.get(k))?.token).toBe('t');
+        expect(await store.release(k, 't')).toBe(true);
+      }
+    });
+
+    it('S4/S6: a failing backend rejects every call within a bounded time, never "not found"', async () => {
+      const { store: broken, failingKey, allOperations } = await target!.broken();
+      try {
+        const started = Date.now();
+        await expect(broken.claim(failingKey, claimOf('t'), 5000)).rejects.toThrow();
+        expect(Date.now() - started).toBeLessThan(5000);
+        if (allOperations) {
+          const calls: Array<[string, () => Promise<unknown>]> = [
+            ['get', () => broken.get(failingKey)],
+            ['complete', () => broken.complete(failingKey, 't', response(), 60_000)],
+            ['release', () => broken.release(failingKey, 't')],
+            ['extend', () => broken.extend(failingKey, 't', 5000)],
+          ];
+          for (const [operation, call] of calls) {
+            const t0 = Date.now();
+            await expect(call(), `${operation} must reject`).rejects.toThrow();
+            expect(Date.now() - t0).toBeLessThan(5000);
+          }
+        }
+      } finally {
+        await broken.close().catch(() => undefined);
+      }
+    });
+  });
+}
