@@ -475,7 +475,7 @@ export class Engine {
       for (;;) {
         const local = hub.flights.get(skey);
         if (local && local !== mine) {
-          const outcome = await this.#follow(local, key, scope, fingerprint, wait);
+          const outcome = await this.telemetry.waiting(scope, () => this.#follow(local, key, scope, fingerprint, wait), (o) => o?.record, isConflict);
           if (outcome) {
             const next = this.#decided(outcome.record, key, scope, fingerprint);
             if (next === 'claim') continue;
@@ -534,7 +534,12 @@ export class Engine {
       flight?.inProgress(foundAt);
       wait.deadline ??= foundAt + this.options.wait;
       const deadline = wait.deadline;
-      record = await this.telemetry.waiting(scope, () => this.#waitInStore(hub, key, scope, skey, fingerprint, record, deadline, mark), isConflict);
+      record = await this.telemetry.waiting(
+        scope,
+        () => this.#waitInStore(hub, key, scope, skey, fingerprint, record, deadline, mark),
+        (settled) => settled,
+        isConflict,
+      );
       next = this.#decided(record, key, scope, fingerprint, flight);
       if (next === 'wait') throw new Error('unreachable: the wait returned a record still processing');
     }

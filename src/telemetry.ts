@@ -323,16 +323,24 @@ export class Telemetry {
     }
   }
 
-  /** A duplicate waiting for the first request: the wait duration histogram. */
-  async waiting(scope: string | undefined, run: () => Promise<IdempotencyRecord | undefined>, conflictOf: (error: unknown) => boolean): Promise<IdempotencyRecord | undefined> {
+  /**
+   * A duplicate waiting for the first request (in this process or in the store): the
+   * wait duration histogram. `recordOf` reads the settled record from what `run` resolves.
+   */
+  async waiting<T>(
+    scope: string | undefined,
+    run: () => Promise<T>,
+    recordOf: (result: T) => IdempotencyRecord | undefined,
+    conflictOf: (error: unknown) => boolean,
+  ): Promise<T> {
     const otel = this.#otel();
     if (!otel) return run();
     const started = performance.now();
     let outcome: WaitOutcome = 'error';
     try {
-      const record = await run();
-      outcome = record?.state === 'completed' ? 'completed' : 'released';
-      return record;
+      const result = await run();
+      outcome = recordOf(result)?.state === 'completed' ? 'completed' : 'released';
+      return result;
     } catch (error) {
       outcome = conflictOf(error) ? 'conflict' : 'error';
       throw error;
