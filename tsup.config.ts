@@ -18,6 +18,8 @@ export default defineConfig({
     'client/index': 'client/index.ts',
     'client/got': 'client/got.ts',
     'client/ky': 'client/ky.ts',
+    // The `idempotency-kit` command (package.json `bin`); its #! line is kept and the file made executable.
+    cli: 'cli/index.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,

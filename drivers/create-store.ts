@@ -6,7 +6,7 @@
  * @example
  * const store = createStore(process.env.IDEMPOTENCY_STORE ?? 'sqlite://./.data/idempotency.sqlite');
  */
-import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, SettleListener, StoredResponse } from '../src/store.js';
+import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, SettleListener, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
 import { DRIVERS, driverForAdapter, driverForScheme, memoryDriver, type DriverDefinition } from './registry.js';
 import { assertTableName, isModuleNotFound, missingPackages, redactUrl } from './utils.js';
@@ -56,6 +56,11 @@ async function importDriver<T>(driver: DriverDefinition, load: () => Promise<T>)
   }
 }
 
+function maintained(store: IdempotencyStore, method: 'delete' | 'stats' | 'sweep'): IdempotencyStore {
+  if (typeof store[method] !== 'function') throw new Error(`idempotency-kit: the ${store.name} store has no ${method}()`);
+  return store;
+}
+
 /**
  * A store that loads its driver on first use, so that `createStore()` is synchronous and
  * a bad target throws at once, while the driver's client is imported only when needed.
@@ -74,6 +79,10 @@ function lazyStore(driver: DriverDefinition, options: Record<string, unknown>): 
     close: async () => {
       if (loaded) await (await loaded.catch(() => undefined))?.close();
     },
+    // Maintenance (optional on a store, present on every built-in driver).
+    delete: async (key: string) => maintained(await store(), 'delete').delete!(key),
+    stats: async (options?: MaintenanceOptions) => maintained(await store(), 'stats').stats!(options),
+    sweep: async (options?: MaintenanceOptions) => maintained(await store(), 'sweep').sweep!(options),
     // Wake-ups for waiting duplicates, once the driver is loaded (if it offers them).
     subscribe: (listener: SettleListener) => {
       let detach: (() => void) | undefined;

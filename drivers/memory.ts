@@ -12,6 +12,8 @@ import type {
   ClaimResult,
   IdempotencyRecord,
   IdempotencyStore,
+  MaintenanceOptions,
+  StoreStats,
   StoredResponse,
 } from '../src/store.js';
 import { assertFunction, assertInteger } from '../src/validate.js';
@@ -62,9 +64,16 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
   // Map keeps insertion order, so the first entries are the oldest: cheap eviction.
   const records = options.map ?? new Map<string, IdempotencyRecord>();
 
-  const sweep = (): void => {
+  const sweep = (): number => {
     const t = now();
-    for (const [key, record] of records) if (!isLive(record, t)) records.delete(key);
+    let deleted = 0;
+    for (const [key, record] of records) {
+      if (!isLive(record, t)) {
+        records.delete(key);
+        deleted++;
+      }
+    }
+    return deleted;
   };
   const timer = sweepIntervalMs > 0 ? setInterval(sweep, sweepIntervalMs) : undefined;
   timer?.unref();
@@ -138,6 +147,26 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     async close() {
       if (timer) clearInterval(timer);
       records.clear();
+    },
+    async delete(key: string) {
+      return records.delete(key);
+    },
+    async stats(options: MaintenanceOptions = {}): Promise<StoreStats> {
+      const t = now();
+      const stats: StoreStats = { processing: 0, completed: 0, expired: 0, oldestExpiresAt: undefined };
+      for (const record of records.values()) {
+        const expiresAt = record.state === 'processing' ? record.leaseUntil : record.expiresAt;
+        if (expiresAt <= t) stats.expired++;
+        else stats[record.state]++;
+        if (stats.oldestExpiresAt === undefined || expiresAt < stats.oldestExpiresAt) stats.oldestExpiresAt = expiresAt;
+      }
+      options.onProgress?.(records.size);
+      return stats;
+    },
+    async sweep(options: MaintenanceOptions = {}) {
+      const deleted = sweep();
+      options.onProgress?.(deleted);
+      return deleted;
     },
   };
 }

@@ -12,6 +12,7 @@
 import type { Keyv } from 'keyv';
 import type KeyvMysql from '@keyv/mysql';
 import type { IdempotencyStore } from '../src/store.js';
+import type { StatsGroup } from '../src/maintenance.js';
 import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import { assertDriverUrl, mysqlDriver } from './registry.js';
@@ -227,6 +228,13 @@ ON DUPLICATE KEY UPDATE
         await run(SWEEP, [expired.map((row) => (row as unknown as { key: Buffer }).key)]);
         return expired.length;
       },
+      // Maintenance (the command line): any state, any owner.
+      delete: (key) => changed(`DELETE FROM ${quoted} WHERE \`key\` = ?`, [key]),
+      stats: async () =>
+        (await run(
+          `SELECT CASE WHEN ${EXPIRED} THEN 'expired' ELSE state END AS state, count(*) AS n, min(expires_at) AS oldest FROM ${quoted} GROUP BY 1`,
+          [],
+        )) as unknown as StatsGroup[],
       close: async () => {
         await end?.();
       },

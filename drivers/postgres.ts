@@ -12,6 +12,7 @@ import { createHash } from 'node:crypto';
 import type { Keyv } from 'keyv';
 import type KeyvPostgres from '@keyv/postgres';
 import { decodeRecord, type IdempotencyRecord, type IdempotencyStore, type SettleListener, type StoredResponse } from '../src/store.js';
+import type { StatsGroup } from '../src/maintenance.js';
 import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import type { TransactionalStore } from '../src/transaction.js';
@@ -327,6 +328,14 @@ SELECT count(*)::int AS n FROM swept`;
         const [row] = await exec(SWEEP, [limit], statement('sweep'));
         return row?.n ?? 0;
       },
+      // Maintenance (the command line): any state, any owner.
+      delete: async (key) => (await exec(`DELETE FROM ${quoted} WHERE key = $1 RETURNING 1 AS n`, [key])).length === 1,
+      stats: async () =>
+        (await exec(
+          `SELECT CASE WHEN expires_at <= ${NOW} THEN 'expired' ELSE state END AS state, count(*)::bigint AS n, min(expires_at) AS oldest
+FROM ${quoted} GROUP BY 1`,
+          [],
+        )) as unknown as StatsGroup[],
       close: async () => {
         closed = true;
         await feed?.close();

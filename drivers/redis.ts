@@ -17,7 +17,9 @@ import {
   type ClaimResult,
   type IdempotencyRecord,
   type IdempotencyStore,
+  type MaintenanceOptions,
   type ProcessingRecord,
+  type StoreStats,
   type SettleListener,
   type StoredResponse,
 } from '../src/store.js';
@@ -94,6 +96,11 @@ interface ScriptClient {
   unref?(): unknown;
   /** Plain client: `(args)`; cluster: `(firstKey, isReadonly, args)`; sentinel: `(isReadonly, args)`. */
   sendCommand(...args: unknown[]): Promise<unknown>;
+  // Maintenance only (the command line): plain clients have them; a cluster's SCAN
+  // would see one node, so stats refuses clusters.
+  del?(key: string): Promise<number>;
+  scan?(cursor: string, options: { MATCH: string; COUNT: number }): Promise<{ cursor: string | number; keys: string[] }>;
+  mGet?(keys: string[]): Promise<(string | null)[]>;
   /** A new client with the same options (plain, cluster or sentinel): the wake-up subscriber. */
   duplicate?(): SubscriberClient;
 }
@@ -476,6 +483,44 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       } catch {
         client.unref?.(); // a server that stopped answering must not keep the process alive
       }
+    },
+    async delete(key: string) {
+      return (await run('DEL', () => client.del!(redisKey(key)))) === 1;
+    },
+    async stats(options: MaintenanceOptions = {}): Promise<StoreStats> {
+      if (cluster || typeof client.scan !== 'function' || typeof client.mGet !== 'function') {
+        throw new Error('idempotency-kit: stats needs SCAN on one Redis server; a cluster client scans one node only, run it against each node URL');
+      }
+      // The namespace is an operator's setting, but it may hold glob characters: match it literally.
+      const match = `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`;
+      const stats: StoreStats = { processing: 0, completed: 0, expired: 0, oldestExpiresAt: undefined };
+      let cursor = '0';
+      let visited = 0;
+      do {
+        // Each batch is one SCAN plus one MGET, each under the command timeout.
+        const page = await run('SCAN', () => client.scan!(cursor, { MATCH: match, COUNT: 500 }));
+        cursor = String(page.cursor);
+        if (page.keys.length === 0) continue;
+        const values = await run('MGET', () => client.mGet!(page.keys));
+        const t = Date.now();
+        for (const value of values) {
+          if (value === null) continue; // expired or deleted since the SCAN
+          const record = decodeRecord(value);
+          const expiresAt = record.state === 'processing' ? record.leaseUntil : record.expiresAt;
+          if (expiresAt <= t) stats.expired++;
+          else stats[record.state]++;
+          if (stats.oldestExpiresAt === undefined || expiresAt < stats.oldestExpiresAt) stats.oldestExpiresAt = expiresAt;
+        }
+        visited += page.keys.length;
+        options.onProgress?.(visited);
+      } while (cursor !== '0');
+      return stats;
+    },
+    async sweep(options: MaintenanceOptions = {}) {
+      // Records carry a Redis expiry (PX): Redis removes them itself.
+      await run('connect', () => Promise.resolve());
+      options.onProgress?.(0);
+      return 0;
     },
   };
 }

@@ -12,10 +12,12 @@ import {
   type ClaimResult,
   type IdempotencyRecord,
   type IdempotencyStore,
+  type MaintenanceOptions,
   type ProcessingRecord,
   type SqlRecordRow,
   type StoredResponse,
 } from '../src/store.js';
+import { statsFromGroups, type StatsGroup } from '../src/maintenance.js';
 import { startSweeper } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import { assertTableName, bodyBuffer, claimUntilSettled, sqlKey, sweepInBatches } from './utils.js';
@@ -63,6 +65,10 @@ export interface SqlDialect {
   sweep(limit: number): Promise<number>;
   /** Close what the dialect opened itself. */
   close(): Promise<void>;
+  /** Maintenance (the command line): delete the row at `key` whatever its state; whether there was one. */
+  delete?(key: string): Promise<boolean>;
+  /** Maintenance: `SELECT <state, or 'expired' past expires_at>, count(*), min(expires_at) … GROUP BY 1`. */
+  stats?(): Promise<StatsGroup[]>;
   /** Optional wake-ups for waiting duplicates (see `IdempotencyStore.subscribe`). */
   subscribe?: IdempotencyStore['subscribe'];
 }
@@ -150,5 +156,18 @@ export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): Idempot
       await dialect.close();
     },
     ...(dialect.subscribe ? { subscribe: dialect.subscribe } : {}),
+    // Maintenance (docs/cli.md): delete and stats when the dialect has them, sweep always.
+    ...(dialect.delete ? { delete: (key: string) => run(() => dialect.delete!(sqlKey(key))) } : {}),
+    ...(dialect.stats ? { stats: async (opts?: MaintenanceOptions) => statsFromGroups(await run(() => dialect.stats!()), opts) } : {}),
+    async sweep(opts: MaintenanceOptions = {}) {
+      // Every expired row, in the store's batches, with progress after each.
+      let deleted = 0;
+      for (;;) {
+        const n = await run(() => dialect.sweep(options.sweepBatchSize));
+        deleted += n;
+        opts.onProgress?.(deleted);
+        if (n < options.sweepBatchSize || closed) return deleted;
+      }
+    },
   };
 }

@@ -13,6 +13,7 @@ import path from 'node:path';
 import KeyvSqlite from '@keyv/sqlite';
 import type { Keyv } from 'keyv';
 import type { IdempotencyStore } from '../src/store.js';
+import type { StatsGroup } from '../src/maintenance.js';
 import { assertDriverUrl, sqliteDriver } from './registry.js';
 import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
 import { adapterFrom, assertOneSource } from './utils.js';
@@ -197,6 +198,14 @@ WHERE ${OWNED} RETURNING 1 AS n`;
       async sweep(limit) {
         return (await exec(SWEEP, [Date.now(), limit])).length;
       },
+      // Maintenance (the command line): any state, any owner.
+      delete: (key) => changed(`DELETE FROM ${quoted} WHERE key = ? RETURNING 1 AS n`, [key]),
+      stats: async () =>
+        (await exec(
+          `SELECT CASE WHEN expires_at <= ? THEN 'expired' ELSE state END AS state, count(*) AS n, min(expires_at) AS oldest
+FROM ${quoted} GROUP BY 1`,
+          [Date.now()],
+        )) as unknown as StatsGroup[],
       async close() {
         if (owned && opening) {
           await opening.catch(() => undefined);

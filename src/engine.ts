@@ -14,6 +14,7 @@ import {
   isIdempotencyError,
 } from './errors.js';
 import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, ProcessingRecord, StoredResponse } from './store.js';
+import { Telemetry, type AcquireOutcome, type TelemetryOptions } from './telemetry.js';
 import { withTimeout } from './timers.js';
 import { isTransactionalStore, type TransactionOutcome } from './transaction.js';
 import { assertFunction, assertInteger, assertOneOf } from './validate.js';
@@ -29,7 +30,8 @@ export type IdempotencyEventType =
   | 'not-replayable'
   | 'lease-lost'
   | 'store-error'
-  | 'unprotected';
+  | 'unprotected'
+  | 'ttl-invalid';
 
 export interface IdempotencyEvent {
   type: IdempotencyEventType;
@@ -60,7 +62,9 @@ export interface EngineOptions {
    */
   leaseMs?: number;
   /**
-   * How long a completed record is replayed, in ms (H20).
+   * How long a completed record is replayed, in ms (H20). The HTTP layer and
+   * `idempotent()` also accept a function of the request and response (or of the
+   * arguments and result), see docs/semantics.md#per-operation-ttl.
    * @default 86400000 (24 h)
    */
   ttl?: number;
@@ -79,6 +83,13 @@ export interface EngineOptions {
   onEvent?: (event: IdempotencyEvent) => void;
   /** Clock, for tests. @default Date.now */
   now?: () => number;
+  /**
+   * OpenTelemetry spans and metrics, and `node:diagnostics_channel` messages
+   * (docs/telemetry.md). On when `@opentelemetry/api` is installed; `false` turns
+   * OpenTelemetry off. Never records the key or a body; the scope only with `recordScope`.
+   * @default {}
+   */
+  telemetry?: TelemetryOptions | false;
 }
 
 export interface ResolvedEngineOptions {
@@ -90,6 +101,7 @@ export interface ResolvedEngineOptions {
   onStoreError: 'fail' | 'continue';
   onEvent: ((event: IdempotencyEvent) => void) | undefined;
   now: () => number;
+  telemetry: TelemetryOptions | false | undefined;
 }
 
 const storeMethods = ['claim', 'get', 'complete', 'release', 'extend', 'close'] as const;
@@ -115,6 +127,7 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
     onStoreError: options.onStoreError ?? 'fail',
     onEvent: options.onEvent,
     now: options.now ?? Date.now,
+    telemetry: options.telemetry,
   };
   assertInteger('wait', resolved.wait, 0);
   assertInteger('leaseMs', resolved.leaseMs, 1);
@@ -227,28 +240,28 @@ export class Lease {
    * write is then retried in the background while the lease can still be ours, because a
    * completion that never lands lets the key expire and a retry run the handler twice.
    */
-  async complete(response: StoredResponse): Promise<boolean> {
+  async complete(response: StoredResponse, ttl: number = this.engine.options.ttl): Promise<boolean> {
     this.#settled = true;
     this.#stop();
     if (this.#lost) return false;
-    const { store, ttl } = this.engine.options;
+    const { store } = this.engine.options;
     let ok: boolean;
     try {
       ok = await this.engine.call('complete', () => store.complete(this.storageKey, this.token, response, ttl));
     } catch (error) {
       this.#flight?.end(undefined);
-      void this.#retryComplete(response);
+      void this.#retryComplete(response, ttl);
       throw error;
     }
     if (ok) {
-      this.#settleFollowers(response);
+      this.#settleFollowers(response, ttl);
       this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
     } else this.#loseLease('complete');
     return ok;
   }
 
-  async #retryComplete(response: StoredResponse): Promise<void> {
-    const { store, ttl, now } = this.engine.options;
+  async #retryComplete(response: StoredResponse, ttl: number): Promise<void> {
+    const { store, now } = this.engine.options;
     let delayMs = 50;
     while (now() + delayMs < this.#leaseUntil) {
       await new Promise((resolve) => setTimeout(resolve, delayMs).unref());
@@ -273,11 +286,11 @@ export class Lease {
   }
 
   /** The stored record, handed to this process's waiting duplicates as it is stored. */
-  #settleFollowers(response: StoredResponse): void {
+  #settleFollowers(response: StoredResponse, ttl: number = this.engine.options.ttl): void {
     const flight = this.#flight;
     const record = this.#record;
     if (!flight || !record) return;
-    const { ttl, now } = this.engine.options;
+    const { now } = this.engine.options;
     const completed: CompletedRecord = {
       state: 'completed',
       fingerprint: record.fingerprint,
@@ -375,12 +388,19 @@ export class Lease {
 
 export class Engine {
   readonly options: ResolvedEngineOptions;
+  readonly telemetry: Telemetry;
 
   constructor(options: EngineOptions) {
     this.options = resolveEngineOptions(options);
+    this.telemetry = new Telemetry(this.options.telemetry, this.options.store.name);
   }
 
   emit(event: IdempotencyEvent): void {
+    try {
+      this.telemetry.event(event);
+    } catch {
+      // Telemetry must not change what the client gets either.
+    }
     try {
       this.options.onEvent?.(event);
     } catch {
@@ -391,8 +411,13 @@ export class Engine {
   /** Run one store call with the S6 time bound; every failure becomes StoreUnavailableError. */
   async call<T>(operation: IdempotencyEvent['operation'], run: () => Promise<T>): Promise<T> {
     const { storeTimeoutMs } = this.options;
+    const timedOut = `store ${operation} timed out after ${storeTimeoutMs} ms`;
     try {
-      return await withTimeout(run(), storeTimeoutMs, `store ${operation} timed out after ${storeTimeoutMs} ms`);
+      return await this.telemetry.storeCall(
+        operation!,
+        () => withTimeout(run(), storeTimeoutMs, timedOut),
+        (error) => error instanceof Error && error.message === timedOut,
+      );
     } catch (error) {
       throw isIdempotencyError(error) ? error : new StoreUnavailableError(error);
     }
@@ -404,7 +429,41 @@ export class Engine {
    * A duplicate waits as docs/semantics.md#how-a-duplicate-waits says: on a request of this
    * process in memory, else on the store's wake-ups (or polls).
    */
-  async acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
+  acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
+    return this.telemetry.acquire(scope, () => this.#acquire(key, scope, fingerprint), acquireOutcome);
+  }
+
+  /**
+   * The ttl of one completed record: what `compute` returns, checked, or the `ttl` option.
+   * A bad value (not a positive integer of ms, or a throw) must not lose the record of an
+   * effect that happened: it keeps the `ttl` option's value (24 h unless a number was
+   * given) and emits `ttl-invalid` with the reason.
+   */
+  ttlFor(compute: (() => unknown) | undefined, key: string, scope: string | undefined): number {
+    if (compute === undefined) return this.options.ttl;
+    let value: unknown;
+    let cause: unknown;
+    try {
+      value = compute();
+    } catch (error) {
+      cause = error;
+    }
+    if (cause === undefined && typeof value === 'number' && Number.isSafeInteger(value) && value >= 1) return value;
+    const got =
+      cause !== undefined
+        ? `it threw ${cause instanceof Error ? cause.message : String(cause)}`
+        : value instanceof Promise
+          ? 'a Promise (the ttl function must be synchronous)'
+          : `got ${typeof value === 'string' ? JSON.stringify(value) : String(value)}`;
+    const error = new TypeError(
+      `Expected the \`ttl\` function to return a positive integer (ms), ${got}; the record is kept for ${this.options.ttl} ms instead`,
+      cause === undefined ? undefined : { cause },
+    );
+    this.emit({ type: 'ttl-invalid', key, scope, error });
+    return this.options.ttl;
+  }
+
+  async #acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
     const { store } = this.options;
     const skey = storageKey(scope, key);
     // The wait runs from the moment this request learns that the key is in progress.
@@ -416,7 +475,7 @@ export class Engine {
       for (;;) {
         const local = hub.flights.get(skey);
         if (local && local !== mine) {
-          const outcome = await this.#follow(local, key, scope, fingerprint, wait);
+          const outcome = await this.telemetry.waiting(scope, () => this.#follow(local, key, scope, fingerprint, wait), (o) => o?.record, isConflict);
           if (outcome) {
             const next = this.#decided(outcome.record, key, scope, fingerprint);
             if (next === 'claim') continue;
@@ -474,7 +533,13 @@ export class Engine {
       const foundAt = now();
       flight?.inProgress(foundAt);
       wait.deadline ??= foundAt + this.options.wait;
-      record = await this.#waitInStore(hub, key, scope, skey, fingerprint, record, wait.deadline, mark);
+      const deadline = wait.deadline;
+      record = await this.telemetry.waiting(
+        scope,
+        () => this.#waitInStore(hub, key, scope, skey, fingerprint, record, deadline, mark),
+        (settled) => settled,
+        isConflict,
+      );
       next = this.#decided(record, key, scope, fingerprint, flight);
       if (next === 'wait') throw new Error('unreachable: the wait returned a record still processing');
     }
@@ -587,4 +652,14 @@ export class Engine {
     if (found === TIMED_OUT) throw this.#conflict(key, scope);
     return found;
   }
+}
+
+const isConflict = (error: unknown) => error instanceof IdempotencyConflictError;
+
+function acquireOutcome(error: unknown): AcquireOutcome {
+  if (error instanceof IdempotencyMismatchError) return 'mismatch';
+  if (error instanceof IdempotencyConflictError) return 'conflict';
+  if (error instanceof ResponseNotReplayableError) return 'not-replayable';
+  if (error instanceof StoreUnavailableError) return 'store-unavailable';
+  return 'error';
 }

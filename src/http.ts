@@ -13,7 +13,15 @@ import type { StoredResponse } from './store.js';
 import { isTransactionalStore, registerRequestTransaction, type RequestTransaction } from './transaction.js';
 import { assertFunction, assertInteger, assertStringArray } from './validate.js';
 
-export interface IdempotencyOptions<Req = unknown> extends EngineOptions {
+export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, 'ttl'> {
+  /**
+   * How long a stored response replays, in ms (H20): a number, or a function of the
+   * request and the handler's response, e.g. keep payments 7 days and searches 1 hour.
+   * A function must return a positive integer synchronously; anything else (or a throw)
+   * keeps the record 24 h and emits `ttl-invalid` (docs/semantics.md#per-operation-ttl).
+   * @default 86400000 (24 h)
+   */
+  ttl?: number | ((req: Req, response: CapturedResponse) => number);
   /**
    * Methods the layer covers; others pass through untouched even with a key (H1).
    * @default ['POST', 'PATCH']
@@ -200,9 +208,15 @@ export class Idempotency<Req = unknown> {
   readonly #options: IdempotencyOptions<Req>;
   readonly #fingerprintHeaders: string[];
   readonly #defaults: AdapterDefaults<Req> | undefined;
+  readonly #ttl: ((req: Req, response: CapturedResponse) => number) | undefined;
 
   constructor(options: IdempotencyOptions<Req>, defaults?: AdapterDefaults<Req>) {
-    this.engine = new Engine(options);
+    const { ttl } = options ?? {};
+    if (typeof ttl === 'function') this.#ttl = ttl;
+    else if (ttl !== undefined && typeof ttl !== 'number') {
+      throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${String(ttl)}`);
+    }
+    this.engine = new Engine(this.#ttl ? ({ ...options, ttl: undefined } as EngineOptions) : (options as EngineOptions));
     this.#options = options;
     this.#defaults = defaults;
     const methods = options.methods ?? ['POST', 'PATCH'];
@@ -384,7 +398,8 @@ export class Idempotency<Req = unknown> {
             await lease.release(response.status);
             return;
           }
-          await lease.complete(this.#toStored(response));
+          const ttl = this.#ttl;
+          await lease.complete(this.#toStored(response), this.engine.ttlFor(ttl && (() => ttl(raw, response)), lease.key, lease.scope));
         } catch (error) {
           report(storeResponse(response.status) ? 'complete' : 'release', error);
         }

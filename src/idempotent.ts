@@ -19,7 +19,15 @@ import { assertFunction } from './validate.js';
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyFunction = (...args: any[]) => unknown;
 
-export interface IdempotentOptions<Args extends readonly unknown[]> extends EngineOptions {
+export interface IdempotentOptions<Args extends readonly unknown[], Result = unknown> extends Omit<EngineOptions, 'ttl'> {
+  /**
+   * How long a result replays, in ms (H20): a number, or a function of the call's
+   * arguments (as an array) and fn's result, e.g. `([msg]) => msg.type === 'payment' ? 7 * DAY : HOUR`.
+   * A function must return a positive integer synchronously; anything else (or a throw)
+   * keeps the record 24 h and emits `ttl-invalid` (docs/semantics.md#per-operation-ttl).
+   * @default 86400000 (24 h)
+   */
+  ttl?: number | ((args: Args, result: Result) => number);
   /**
    * The idempotency key of a call, from its arguments: e.g. `(msg) => msg.properties.messageId`.
    * Keys are hashed before they reach the store (S7), so any length is fine. Returning
@@ -43,7 +51,13 @@ export interface IdempotentOptions<Args extends readonly unknown[]> extends Engi
  * store's database, which also completes the record before it commits.
  */
 export interface IdempotentTransactionOptions<Args extends readonly unknown[], Client>
-  extends Omit<IdempotentOptions<Args>, 'store'> {
+  extends Omit<IdempotentOptions<Args>, 'store' | 'ttl'> {
+  /**
+   * How long a result replays, in ms. A number only: the transaction completes the record
+   * with a lifetime fixed before fn runs.
+   * @default 86400000 (24 h)
+   */
+  ttl?: number;
   /** A store that runs transactions: `postgresStore({ pool })` on the application's own pool, or `postgresStore({ url })`. */
   store: TransactionalStore<Client>;
   /**
@@ -110,7 +124,10 @@ export function idempotent<Args extends unknown[], R, Client, This = unknown>(
  * function, a class instance, a cycle) throws ResultNotStorableError after fn ran; see
  * there for why fn still never runs twice.
  */
-export function idempotent<F extends AnyFunction>(fn: F, options: IdempotentOptions<Parameters<F>>): IdempotentFunction<F>;
+export function idempotent<F extends AnyFunction>(
+  fn: F,
+  options: IdempotentOptions<Parameters<F>, Awaited<ReturnType<F>>>,
+): IdempotentFunction<F>;
 export function idempotent<F extends AnyFunction>(
   fn: F,
   options: IdempotentOptions<Parameters<F>> | IdempotentTransactionOptions<Parameters<F>, unknown>,
@@ -120,7 +137,15 @@ export function idempotent<F extends AnyFunction>(
   if (inTransaction !== undefined && typeof inTransaction !== 'boolean') {
     throw new TypeError(`Expected \`transaction\` to be a boolean, got ${show(inTransaction)}`);
   }
-  const engine = new Engine(options);
+  const ttlFn = typeof options?.ttl === 'function' ? options.ttl : undefined;
+  if (options?.ttl !== undefined && typeof options.ttl !== 'number' && !ttlFn) {
+    throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${show(options.ttl)}`);
+  }
+  if (ttlFn && inTransaction) {
+    // The transaction completes the record with a ttl fixed before fn runs.
+    throw new TypeError('A `ttl` function is not supported with `transaction: true`; pass a number of ms');
+  }
+  const engine = new Engine(ttlFn ? ({ ...options, ttl: undefined } as EngineOptions) : (options as EngineOptions));
   const { key: keyFn, scope: scopeFn, fingerprint: fingerprintFn } = options;
   if (typeof keyFn !== 'function') {
     throw new TypeError(
@@ -218,8 +243,9 @@ export function idempotent<F extends AnyFunction>(
     }
     // A store failure here must not hide fn's result: the effect happened (H16). A lost
     // lease (H18) refuses the write and emits lease-lost; the caller still gets its result.
+    const ttl = engine.ttlFor(ttlFn && (() => ttlFn(args, result)), key, scope);
     await lease
-      .complete({ status: RESULT_STATUS, headers: {}, body })
+      .complete({ status: RESULT_STATUS, headers: {}, body }, ttl)
       .catch((error: unknown) => engine.emit({ type: 'store-error', key, scope, operation: 'complete', error }));
     if (notStorable) throw notStorable;
     return result;

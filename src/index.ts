@@ -45,9 +45,14 @@ export type {
   CompletedRecord,
   IdempotencyRecord,
   IdempotencyStore,
+  MaintenanceOptions,
   ProcessingRecord,
+  StoreStats,
   StoredResponse,
 } from './store.js';
+// Telemetry options, and the messages of the 'idempotency-kit:event' and
+// 'idempotency-kit:store' diagnostics channels (docs/telemetry.md).
+export type { EventMessage, OpenTelemetryApi, StoreCallMessage, TelemetryOptions } from './telemetry.js';
 export {
   inTransaction,
   type TransactionalStore,

@@ -71,6 +71,29 @@ export interface IdempotencyStore {
   extend(key: string, token: string, leaseMs: number): Promise<boolean>;
   /** Stop timers and close connections the store opened itself. */
   close(): Promise<void>;
+
+  // Maintenance, for operators and the `idempotency-kit` command line (docs/cli.md).
+  // Optional so that a third-party store keeps working without them; every built-in
+  // driver has all three. None of them is ever called while serving requests.
+
+  /**
+   * Remove the record at `key` whatever its state or owner, so that the next request
+   * with that key runs again. Resolves true when there was a record (live or expired).
+   * A processing record's owner then finds its write refused by token, as after a
+   * takeover.
+   */
+  delete?(key: string): Promise<boolean>;
+  /**
+   * Count records by state and find the earliest expiry. Drivers that must visit every
+   * record (Redis SCAN) do so in bounded batches and report the count visited so far
+   * through `onProgress`.
+   */
+  stats?(options?: MaintenanceOptions): Promise<StoreStats>;
+  /**
+   * Delete every expired record now, in bounded batches; resolves the number deleted.
+   * Stores that expire records natively (Redis) resolve 0.
+   */
+  sweep?(options?: MaintenanceOptions): Promise<number>;
   /**
    * Optional: wake-ups for duplicates waiting in other processes (see
    * docs/semantics.md#how-a-duplicate-waits). When present, the store tells `listener`
@@ -105,6 +128,26 @@ export interface SettleListener {
   ready(): void;
   /** Delivery stopped: settles may go unreported until the next `ready()`. */
   down(): void;
+}
+
+export interface MaintenanceOptions {
+  /** Called after each batch with the records visited (stats) or deleted (sweep) so far. */
+  onProgress?: (done: number) => void;
+}
+
+/** What {@link IdempotencyStore.stats} reports. */
+export interface StoreStats {
+  /** Live records whose handler is still running (lease not yet ended). */
+  processing: number;
+  /** Live records kept for replay. */
+  completed: number;
+  /** Records past their expiry that a sweep has not removed yet (always 0 on Redis). */
+  expired: number;
+  /**
+   * Epoch ms of the earliest expiry over all records still stored, expired ones
+   * included (an old value here means the sweep is not running); undefined when empty.
+   */
+  oldestExpiresAt: number | undefined;
 }
 
 /** Plain JSON form of a record, shared by the drivers that store text. */

@@ -33,5 +33,7 @@ describe('npm pack', () => {
     const targets = JSON.stringify(pkg.exports).match(/\.\/dist\/[^"]+/g) ?? [];
     expect(targets.length).toBeGreaterThan(10);
     for (const target of targets) expect(files, target).toContain(target.slice(2));
+    // So is the command line (package.json `bin`).
+    for (const bin of Object.values((pkg as { bin?: Record<string, string> }).bin ?? {})) expect(files, bin).toContain(bin.replace(/^\.\//, ''));
   }, 120_000);
 });

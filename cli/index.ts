@@ -1,0 +1,333 @@
+#!/usr/bin/env node
+/**
+ * `idempotency-kit`: inspect, purge, count and sweep stored records from a shell, on any
+ * store URL. Exit codes and output are documented in docs/cli.md.
+ * @module
+ * @example
+ * npx idempotency-kit inspect --store redis://127.0.0.1:6379 --key order-42 --scope tenant-7
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { createStore } from '../drivers/create-store.js';
+import { storageKey } from '../src/engine.js';
+import type { IdempotencyRecord, IdempotencyStore, StoreStats } from '../src/store.js';
+import { withTimeout } from '../src/timers.js';
+
+/** Exit codes (docs/cli.md#exit-codes). */
+const EXIT = {
+  ok: 0,
+  /** inspect / purge: no live record under that key and scope. */
+  notFound: 1,
+  /** Bad arguments, unknown command, bad or unsupported store URL. */
+  usage: 2,
+  /** The store could not be reached, timed out or failed. */
+  storeUnavailable: 3,
+  /** purge refused: the record is still processing and `--force` was not given. */
+  refused: 4,
+} as const;
+
+const USAGE = `Usage: idempotency-kit <command> [options]
+
+Commands:
+  inspect --key K [--scope S]   show the record stored for a key
+  purge   --key K [--scope S]   delete that record, so the next retry runs again
+                                (a record still processing needs --force)
+  stats                         records by state and the earliest expiry
+  sweep                         delete expired records now
+
+Options:
+  --store URL        sqlite://…, redis[s]://…, redis+cluster://…, postgres://… (default: $IDEMPOTENCY_STORE)
+  --namespace NAME   Redis key prefix or SQL table, if the app sets one
+  --json             machine-readable output on stdout
+  --progress         progress on stderr even when it is not a terminal
+  --timeout MS       longest wait for the store, per call (default 5000)
+  --force            purge a record that is still processing
+  -h, --help         this text
+
+Exit codes: 0 ok, 1 not found, 2 usage or bad URL, 3 store unavailable, 4 purge refused.`;
+
+class UsageError extends Error {}
+class StoreError extends Error {}
+
+interface Output {
+  json: boolean;
+  progress: boolean;
+  out: (text: string) => void;
+  err: (text: string) => void;
+}
+
+function parse(argv: string[]) {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        store: { type: 'string' },
+        key: { type: 'string' },
+        scope: { type: 'string' },
+        namespace: { type: 'string' },
+        json: { type: 'boolean', default: false },
+        progress: { type: 'boolean', default: false },
+        timeout: { type: 'string' },
+        force: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    });
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
+  return parsed;
+}
+
+/** Open the store the URL names, refusing what a separate process cannot use. */
+function openStore(url: string, namespace: string | undefined, timeoutMs: number): IdempotencyStore {
+  if (/^memory:/i.test(url)) {
+    throw new UsageError('memory:// lives inside the process that created it: the command line cannot see it. Use the app\'s sqlite://, redis:// or postgres:// URL');
+  }
+  if (url.startsWith('sqlite://')) {
+    // The driver creates a missing file; here a typo must not look like an empty store.
+    const file = url.slice('sqlite://'.length);
+    if (file !== ':memory:' && file !== '' && !file.startsWith('file:') && !existsSync(path.resolve(file))) {
+      throw new UsageError(`no SQLite database at ${path.resolve(file)}`);
+    }
+    if (file === ':memory:') throw new UsageError('sqlite://:memory: lives inside one process: the command line cannot see it');
+  }
+  try {
+    return createStore(url, { timeoutMs, sweepIntervalMs: 0, ...(namespace !== undefined ? { namespace } : {}) });
+  } catch (error) {
+    throw new UsageError((error as Error).message.replace(/^idempotency-kit: /, ''));
+  }
+}
+
+/** Run one store call; any failure is the store's (exit 3), bounded even if a driver hangs. */
+async function storeCall<T>(what: string, timeoutMs: number, run: () => Promise<T>): Promise<T> {
+  try {
+    // The driver bounds each call by timeoutMs; this outer bound only catches a driver that does not.
+    return await withTimeout(run(), timeoutMs * 4 + 1000, `${what} did not finish`);
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    throw new StoreError(`${what} failed: ${message.replace(/^idempotency-kit: /, '')}`, { cause: error });
+  }
+}
+
+/** Throttled progress on stderr: a rewritten line on a terminal, plain lines otherwise. */
+function progressReporter(output: Output, label: string): ((done: number) => void) | undefined {
+  if (!output.progress) return undefined;
+  const tty = process.stderr.isTTY === true;
+  let last = 0;
+  return (done) => {
+    const now = Date.now();
+    if (now - last < 200) return;
+    last = now;
+    output.err(tty ? `\r${label}: ${done}` : `${label}: ${done}\n`);
+  };
+}
+
+const iso = (ms: number | undefined) => (ms === undefined ? undefined : new Date(ms).toISOString());
+
+function relative(ms: number, now: number): string {
+  const diff = ms - now;
+  const abs = Math.abs(diff);
+  const unit =
+    abs < 60_000 ? `${Math.round(abs / 1000)} s` : abs < 3_600_000 ? `${Math.round(abs / 60_000)} min` : abs < 172_800_000 ? `${Math.round(abs / 3_600_000)} h` : `${Math.round(abs / 86_400_000)} d`;
+  return diff >= 0 ? `in ${unit}` : `${unit} ago`;
+}
+
+const PREVIEW_BYTES = 200;
+
+/** A short, printable look at a stored body: UTF-8 text when it is text, base64 otherwise. */
+function bodyPreview(body: Uint8Array): { encoding: 'utf8' | 'base64'; text: string; truncated: boolean } {
+  const head = Buffer.from(body.buffer, body.byteOffset, Math.min(body.byteLength, PREVIEW_BYTES));
+  const text = head.toString('utf8');
+  const truncated = body.byteLength > PREVIEW_BYTES;
+  // A cut in the middle of a multi-byte character shows as U+FFFD at the very end only.
+  const printable = !/[\u0000-\u0008\u000e-\u001f\u007f]/.test(text) && !text.slice(0, truncated ? -1 : undefined).includes('\ufffd');
+  return printable ? { encoding: 'utf8', text, truncated } : { encoding: 'base64', text: head.toString('base64'), truncated };
+}
+
+function describeRecord(key: string, scope: string | undefined, record: IdempotencyRecord) {
+  const completed = record.state === 'completed' ? record : undefined;
+  const body = completed?.response.body;
+  return {
+    key,
+    scope: scope ?? null,
+    storageKey: storageKey(scope, key),
+    state: record.state,
+    kind: record.fingerprint.startsWith('fn:') ? 'function' : 'http',
+    fingerprint: record.fingerprint,
+    createdAt: iso(record.createdAt),
+    ...(record.state === 'processing' ? { leaseUntil: iso(record.leaseUntil) } : { expiresAt: iso(record.expiresAt) }),
+    ...(completed
+      ? {
+          status: completed.response.status,
+          headers: completed.response.headers,
+          bodyBytes: body === null || body === undefined ? null : body.byteLength,
+          body: body === null || body === undefined ? null : bodyPreview(body),
+        }
+      : {}),
+  };
+}
+
+function printRecord(output: Output, view: ReturnType<typeof describeRecord>, record: IdempotencyRecord): void {
+  const now = Date.now();
+  const lines: [string, string][] = [
+    ['key', view.key + (view.scope === null ? '' : `  (scope ${view.scope})`)],
+    ['storage key', view.storageKey],
+    ['state', view.state + (view.kind === 'function' ? '  (idempotent() result)' : '')],
+    ['fingerprint', view.fingerprint],
+    ['created', `${view.createdAt}  (${relative(record.createdAt, now)})`],
+  ];
+  if (record.state === 'processing') lines.push(['lease until', `${iso(record.leaseUntil)}  (${relative(record.leaseUntil, now)})`]);
+  else {
+    lines.push(['expires', `${iso(record.expiresAt)}  (${relative(record.expiresAt, now)})`]);
+    lines.push(['status', String(record.response.status)]);
+    const headers = Object.entries(record.response.headers);
+    lines.push(['headers', headers.length === 0 ? '(none)' : headers.map(([n, v]) => `${n}: ${Array.isArray(v) ? v.join(', ') : v}`).join('\n             ')]);
+    const body = view.body;
+    lines.push([
+      'body',
+      body === null || body === undefined
+        ? '(not stored: too large or a stream; a retry gets 409 response-not-replayable)'
+        : `${view.bodyBytes} bytes${body.encoding === 'base64' ? ', binary, base64' : ''}: ${body.text}${body.truncated ? '…' : ''}`,
+    ]);
+  }
+  output.out(lines.map(([label, value]) => `${label.padEnd(12)} ${value}`).join('\n') + '\n');
+}
+
+function printStats(output: Output, stats: StoreStats): void {
+  if (output.json) {
+    output.out(JSON.stringify({ ...stats, oldestExpiresAt: iso(stats.oldestExpiresAt) ?? null }) + '\n');
+    return;
+  }
+  const total = stats.processing + stats.completed + stats.expired;
+  const oldest = stats.oldestExpiresAt === undefined ? '(no records)' : `${iso(stats.oldestExpiresAt)}  (${relative(stats.oldestExpiresAt, Date.now())})`;
+  output.out(
+    [
+      `records      ${total}`,
+      `processing   ${stats.processing}`,
+      `completed    ${stats.completed}`,
+      `expired      ${stats.expired}${stats.expired > 0 ? '  (awaiting the sweep: idempotency-kit sweep removes them now)' : ''}`,
+      `oldest expiry ${oldest}`,
+    ].join('\n') + '\n',
+  );
+}
+
+async function command(argv: string[], output: Output): Promise<number> {
+  // Every answer follows --json, even an error in the arguments themselves.
+  output.json = argv.includes('--json');
+  const { values, positionals } = parse(argv);
+  if (values.help) {
+    output.out(USAGE + '\n');
+    return EXIT.ok;
+  }
+  if (positionals.length === 0) {
+    if (values.json) throw new UsageError('no command: inspect, purge, stats or sweep');
+    output.err(USAGE + '\n');
+    return EXIT.usage;
+  }
+  const [name, ...extra] = positionals;
+  if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`);
+  if (!['inspect', 'purge', 'stats', 'sweep'].includes(name!)) throw new UsageError(`unknown command ${JSON.stringify(name)}`);
+  const needsKey = name === 'inspect' || name === 'purge';
+  if (needsKey && (values.key === undefined || values.key === '')) throw new UsageError(`${name} needs --key`);
+  if (!needsKey && (values.key !== undefined || values.scope !== undefined)) throw new UsageError(`${name} takes no --key or --scope`);
+  const timeoutMs = values.timeout === undefined ? 5000 : Number(values.timeout);
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new UsageError(`--timeout must be a positive integer (ms), got ${JSON.stringify(values.timeout)}`);
+  const url = values.store ?? process.env.IDEMPOTENCY_STORE;
+  if (url === undefined || url === '') throw new UsageError('no store: pass --store URL or set IDEMPOTENCY_STORE');
+
+  output.progress = values.progress || process.stderr.isTTY === true;
+  const store = openStore(url, values.namespace, timeoutMs);
+  try {
+    const key = values.key!;
+    const scope = values.scope;
+    const skey = needsKey ? storageKey(scope, key) : '';
+    switch (name) {
+      case 'inspect': {
+        const record = await storeCall('get', timeoutMs, () => store.get(skey));
+        if (!record) return notFound(output, key, scope);
+        const view = describeRecord(key, scope, record);
+        if (output.json) output.out(JSON.stringify(view) + '\n');
+        else printRecord(output, view, record);
+        return EXIT.ok;
+      }
+      case 'purge': {
+        const record = await storeCall('get', timeoutMs, () => store.get(skey));
+        if (record?.state === 'processing' && !values.force) {
+          const message =
+            'the record is still processing (a handler may be running): purging it lets a retry run beside it. Pass --force to purge anyway';
+          if (output.json) output.out(JSON.stringify({ purged: false, error: { code: 'refused', message }, record: describeRecord(key, scope, record) }) + '\n');
+          else output.err(`idempotency-kit: ${message}\n`);
+          return EXIT.refused;
+        }
+        const deleted = await storeCall('delete', timeoutMs, () => requireMethod(store, 'delete').delete!(skey));
+        if (!record && !deleted) return notFound(output, key, scope);
+        if (output.json) output.out(JSON.stringify({ purged: true, record: record ? describeRecord(key, scope, record) : null }) + '\n');
+        else {
+          const what = record ? `${record.state}${record.state === 'completed' ? ` ${record.response.status}` : ''} record` : 'expired record';
+          output.out(`purged the ${what} for key ${key}${scope === undefined ? '' : ` (scope ${scope})`}: the next request with it runs again\n`);
+        }
+        return EXIT.ok;
+      }
+      case 'stats': {
+        const onProgress = progressReporter(output, 'records visited');
+        const stats = await storeCall('stats', timeoutMs, () => requireMethod(store, 'stats').stats!(onProgress ? { onProgress } : {}));
+        if (onProgress && process.stderr.isTTY) output.err('\n');
+        printStats(output, stats);
+        return EXIT.ok;
+      }
+      default: {
+        const onProgress = progressReporter(output, 'expired records deleted');
+        const deleted = await storeCall('sweep', timeoutMs, () => requireMethod(store, 'sweep').sweep!(onProgress ? { onProgress } : {}));
+        if (onProgress && process.stderr.isTTY) output.err('\n');
+        output.out(output.json ? JSON.stringify({ deleted }) + '\n' : `deleted ${deleted} expired record${deleted === 1 ? '' : 's'}${store.name === 'redis' ? ' (Redis expires records itself)' : ''}\n`);
+        return EXIT.ok;
+      }
+    }
+  } finally {
+    await withTimeout(store.close(), 2000, 'close').catch(() => undefined);
+  }
+}
+
+function requireMethod(store: IdempotencyStore, method: 'delete' | 'stats' | 'sweep'): IdempotencyStore {
+  if (typeof store[method] !== 'function') throw new UsageError(`the ${store.name} store does not support ${method}`);
+  return store;
+}
+
+function notFound(output: Output, key: string, scope: string | undefined): number {
+  const message = `no record for key ${JSON.stringify(key)}${scope === undefined ? ' without a scope' : ` in scope ${JSON.stringify(scope)}`} (never stored, expired, or released)`;
+  if (output.json) output.out(JSON.stringify({ error: { code: 'not-found', message } }) + '\n');
+  else output.err(`idempotency-kit: ${message}\n`);
+  return EXIT.notFound;
+}
+
+/** Run the command line with `argv` (without node and the script); resolves the exit code. */
+async function main(argv: string[], output: Output): Promise<number> {
+  try {
+    return await command(argv, output);
+  } catch (error) {
+    const code = error instanceof UsageError ? EXIT.usage : EXIT.storeUnavailable;
+    const kind = code === EXIT.usage ? 'usage' : 'store-unavailable';
+    const message = error instanceof Error ? error.message : String(error);
+    if (output.json) output.out(JSON.stringify({ error: { code: kind, message } }) + '\n');
+    else output.err(`idempotency-kit: ${message}\n${code === EXIT.usage ? 'Run idempotency-kit --help for usage.\n' : ''}`);
+    return code;
+  }
+}
+
+const output: Output = {
+  json: false,
+  progress: false,
+  out: (text) => void process.stdout.write(text),
+  err: (text) => void process.stderr.write(text),
+};
+// No top-level await: the same file builds to CommonJS too.
+void main(process.argv.slice(2), output).then((code) => {
+  process.exitCode = code;
+  // A driver's socket or pool must not keep a finished command alive: leave shortly after
+  // output is flushed even if one does (the timer itself does not hold the process).
+  setTimeout(() => process.exit(code), 1000).unref();
+});
