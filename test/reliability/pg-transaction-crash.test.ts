@@ -24,6 +24,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { storageKey } from '../../src/engine.js';
+import { sqlKey } from '../../drivers/utils.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
 import { figure } from './fixtures/cluster.js';
 
@@ -132,7 +133,7 @@ function startWorker(env: Record<string, string>): Worker {
 
 const send = (worker: Worker, job: { key: string; killAt: KillPoint | 'none' }) => worker.child.stdin.write(`${JSON.stringify(job)}\n`);
 /** The row key of a record: the engine's storage key, hashed again by the driver. */
-const rowKey = (key: string) => createHash('sha256').update(storageKey(undefined, key)).digest('base64url');
+const rowKey = (key: string) => sqlKey(storageKey(undefined, key));
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface RunResult {

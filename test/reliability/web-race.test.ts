@@ -61,9 +61,10 @@ for (const adapter of ADAPTERS) {
         expect(new Set(forKey.map((r) => r.body)).size, `${key}: one answer`).toBe(1);
         expect(forKey.filter((r) => !r.replayed)).toHaveLength(1);
       }
-      // The executions were spread over the processes, not all in one.
+      // Where the executions ran is reported, not asserted: every process received a share
+      // of each key's requests (above), and which one wins the claims depends on scheduling
+      // (on a loaded machine one process can win them all).
       const pids = new Set(log.entries().slice(warmUps).map((e) => e.pid));
-      expect(pids.size).toBeGreaterThan(1);
       raced.push(`${adapter}: ${KEYS * PROCESSES * PER_PROCESS} requests, ${KEYS} executions over ${pids.size} processes`);
     });
   });
