@@ -27,7 +27,7 @@ import {
   sendResponse,
 } from './internal/node-io.js';
 
-/** The plugin options: every option of SPEC §6; `scope`, `fingerprint` get Express's `req`. */
+/** The plugin options: every option of `IdempotencyOptions`; `scope`, `fingerprint` get Express's `req`. */
 export type ExpressIdempotencyOptions = IdempotencyOptions<Request>;
 
 type AuthenticatedRequest = Request & { auth?: { sub?: unknown }; user?: unknown };
@@ -61,7 +61,7 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
     try {
       decision = await layer.begin({
         method: req.method,
-        // The full path even when mounted on a sub-router or prefix, for the fingerprint (H14).
+        // The full path even when mounted on a sub-router or prefix, for the fingerprint.
         url: req.originalUrl,
         headers: req.headers,
         keyHeaderLines: keyHeaderLines(req, layer.headerName),
@@ -96,11 +96,11 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
     }
     const { claim } = decision;
     // res.json, res.send, res.redirect, res.sendFile and Express's error handler all end in
-    // res.write / res.end: the response is stored (or released, H10) whoever writes it.
+    // res.write / res.end: the response is stored (or released) whoever writes it.
     const capture = captureResponse(res, claim);
     res.once('close', () => {
       // Closed before anything ended the response: the client left (the handler may still
-      // finish and store its answer, H13) or an error after the headers went out made
+      // finish and store its answer) or an error after the headers went out made
       // Express destroy the socket. Either way the claim now lives on its lease only.
       if (!capture.ended) claim.abandon();
     });

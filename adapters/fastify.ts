@@ -20,7 +20,7 @@ import { BodyTooLargeError } from '../src/errors.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import { captureStream, endAfterDrain, keyHeaderLines, toNodeStream } from './internal/node-io.js';
 
-/** Every option of SPEC §6; `scope` and `fingerprint` get the Fastify request. */
+/** Every option of `IdempotencyOptions`; `scope` and `fingerprint` get the Fastify request. */
 export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>;
 
 /** A route's `config.idempotency`: `false` turns the layer off, an object overrides options. */
@@ -29,7 +29,7 @@ export type FastifyRouteIdempotency = false | Partial<FastifyIdempotencyOptions>
 declare module 'fastify' {
   interface FastifyContextConfig {
     /**
-     * `false`: this route is not protected, even with a key (H1). An object: plugin
+     * `false`: this route is not protected, even with a key. An object: plugin
      * options overridden for this route (`wait`, `required`, `scope`, ...).
      */
     idempotency?: FastifyRouteIdempotency;
@@ -137,11 +137,11 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
       if (state.settled) return;
       if (reply.raw.writableFinished) {
         // Sent without passing onSend (`reply.hijack()` and raw writes): the handler ran,
-        // but its body was not seen, so it completes without one (H12).
+        // but its body was not seen, so it completes without one.
         state.settled = true;
         void state.claim.finish({ status: reply.raw.statusCode, headers: reply.getHeaders(), body: null });
       } else {
-        // The client left while the handler runs: onSend still comes and stores it (H13);
+        // The client left while the handler runs: onSend still comes and stores it;
         // if it never does, the claim ends with its lease.
         state.claim.abandon();
       }
@@ -151,7 +151,7 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
   fastify.addHook('onError', async function idempotencyError(request, _reply, error) {
     const state = pending.get(request);
     if (!state || state.settled) return;
-    // Thrown, whatever status the error handler then answers: release (H10).
+    // Thrown, whatever status the error handler then answers: release.
     state.settled = true;
     await state.claim.fail(error);
   });
@@ -176,7 +176,7 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
       const stream = toNodeStream(payload);
       if (stream) return captureStream(stream, state.claim, head);
     }
-    // Something Fastify sends in its own way (a fetch Response): not capturable (H12).
+    // Something Fastify sends in its own way (a fetch Response): not capturable.
     await state.claim.finish({ ...head, body: null });
     return payload;
   });

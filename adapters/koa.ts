@@ -20,7 +20,7 @@ import type { Context, Middleware, Next } from 'koa';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import { assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
 
-/** Every option of SPEC §6; `scope` and `fingerprint` get the Koa context. */
+/** Every option of `IdempotencyOptions`; `scope` and `fingerprint` get the Koa context. */
 export type KoaIdempotencyOptions = IdempotencyOptions<Context>;
 
 /** Statuses Koa answers without a body whatever `ctx.body` holds. */
@@ -42,7 +42,7 @@ async function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> 
   });
   if (ctx.respond === false) {
     // The handler wrote to ctx.res itself: the body is out of sight, so the record completes
-    // without one (H12) and a retry gets 409, never a second run.
+    // without one and a retry gets 409, never a second run.
     await claim.finish({ status: ctx.res.statusCode, headers: { ...(ctx.res.getHeaders() as CapturedResponse['headers']) }, body: null });
     return;
   }
@@ -111,7 +111,7 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
     let raw: Buffer | undefined;
     const decision = await layer.begin({
       method: ctx.method,
-      // The full path even under a mount prefix or a nested router, for the fingerprint (H14).
+      // The full path even under a mount prefix or a nested router, for the fingerprint.
       url: ctx.originalUrl,
       headers: ctx.headers,
       keyHeaderLines: keyHeaderLines(ctx.req, layer.headerName),
@@ -140,7 +140,7 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
     try {
       await next();
     } catch (error) {
-      // Thrown, whatever status Koa's error handling then answers: release (H10).
+      // Thrown, whatever status Koa's error handling then answers: release.
       await claim.fail(error);
       throw error;
     }

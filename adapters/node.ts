@@ -100,7 +100,7 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
     try {
       await handler(req, res);
     } catch (error) {
-      // Thrown before the response ended: release (H10), so a retry runs again.
+      // Thrown before the response ended: release, so a retry runs again.
       if (!capture.ended) {
         capture.detach();
         await claim.fail(error);

@@ -19,7 +19,7 @@ export interface CreateStoreOptions {
    */
   namespace?: string;
   /**
-   * Longest wait for a connection, a command or (SQLite) another process's lock, in ms (S6).
+   * Longest wait for a connection, a command or (SQLite) another process's lock, in ms.
    * @default 2000
    */
   timeoutMs?: number;

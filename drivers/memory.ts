@@ -1,5 +1,5 @@
 /**
- * In-process store: atomic within one Node.js process only (S5). For tests, demos and
+ * In-process store: atomic within one Node.js process only. For tests, demos and
  * single-instance services; use SQLite, Redis or PostgreSQL when more than one process
  * serves the same keys.
  * @module

@@ -44,7 +44,7 @@ export interface MysqlStoreOptions {
    */
   table?: string;
   /**
-   * Longest wait, in ms, for a connection or for one statement. S6.
+   * Longest wait, in ms, for a connection or for one statement: no call hangs.
    * @default 2000
    */
   timeoutMs?: number;

@@ -2,7 +2,7 @@
  * PostgreSQL store: one row per record in its own table, atomic claims with
  * `INSERT … ON CONFLICT … DO UPDATE … WHERE <expired> RETURNING`, compare-and-set by
  * token with conditional `UPDATE` / `DELETE`. Every operation is one statement (no
- * transaction is held open while a handler runs). Safe across processes and hosts (S5).
+ * transaction is held open while a handler runs). Safe across processes and hosts.
  * @module
  * @example
  * import { postgresStore } from 'idempotency-kit/drivers/postgres';
@@ -71,7 +71,7 @@ export interface PostgresStoreOptions extends PostgresTransactionOptions {
   table?: string;
   /**
    * Longest wait, in ms, for a connection or for one statement (`connectionTimeoutMillis`,
-   * `statement_timeout` and `query_timeout` of the pool the store opens). S6.
+   * `statement_timeout` and `query_timeout` of the pool the store opens): no call hangs.
    * @default 2000
    */
   timeoutMs?: number;
@@ -265,7 +265,7 @@ SELECT 1 AS n, pg_notify('${channel}', CASE WHEN octet_length(payload) <= 7900 T
 SELECT n, pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) FROM done`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint WHERE ${OWNED} RETURNING 1 AS n`;
   // SKIP LOCKED: sweeps on several hosts never wait on each other or on a claim; the
-  // outer condition re-checks each row, so a row taken over meanwhile is kept (S3).
+  // outer condition re-checks each row, so a row taken over meanwhile is kept.
   const SWEEP = `WITH swept AS (
   DELETE FROM ${quoted} WHERE key IN (
     SELECT key FROM ${quoted} WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED

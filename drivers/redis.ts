@@ -1,6 +1,6 @@
 /**
  * Redis store over `@keyv/redis`: one key per record, atomic claims with `SET NX PX`,
- * compare-and-set by token in Lua. Safe across processes and hosts (S5), and on Redis
+ * compare-and-set by token in Lua. Safe across processes and hosts, and on Redis
  * Cluster (every script touches a single key).
  * @module
  * @example
@@ -68,7 +68,7 @@ export interface RedisStoreOptions {
   namespace?: string;
   /**
    * Longest wait, in ms, for the connection or for one command. Past it the call rejects
-   * (S6); while Redis is known to be down, calls reject at once.
+   * (nothing hangs); while Redis is known to be down, calls reject at once.
    * @default 2000
    */
   timeoutMs?: number;
@@ -202,7 +202,7 @@ function checkWaitForReplicas(value: WaitForReplicas | undefined): WaitForReplic
 
 /** The adapter a store opens for itself from a URL: one client, or a cluster client. */
 function ownAdapter(url: string, timeoutMs: number): KeyvRedis<unknown> {
-  // Reject instead of queueing while disconnected (S6), and keep reconnecting in the
+  // Reject instead of queueing while disconnected, and keep reconnecting in the
   // background with a short, capped backoff.
   const connection = {
     disableOfflineQueue: true,

@@ -2,7 +2,7 @@
  * SQLite store over `@keyv/sqlite`: one row per record, atomic claims with
  * `INSERT … ON CONFLICT … DO UPDATE … WHERE <expired> RETURNING`, compare-and-set by
  * token. WAL mode and a busy timeout make it safe for several processes sharing one file
- * on one host (S5); use Redis or PostgreSQL across hosts.
+ * on one host; use Redis or PostgreSQL across hosts.
  * @module
  * @example
  * import { sqliteStore } from 'idempotency-kit/drivers/sqlite';
@@ -45,7 +45,7 @@ export interface SqliteStoreOptions {
   table?: string;
   /**
    * How long a statement waits for another process's write lock before failing
-   * (SQLite `busy_timeout`), in ms. S6.
+   * (SQLite `busy_timeout`), in ms: no call hangs.
    * @default 2000
    */
   timeoutMs?: number;
@@ -121,7 +121,7 @@ WHERE ${OWNED} RETURNING 1 AS n`;
   const RELEASE = `DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ? WHERE ${OWNED} RETURNING 1 AS n`;
   // One statement holds the write lock throughout, so a row taken over between the
-  // inner SELECT and the DELETE cannot happen (S3).
+  // inner SELECT and the DELETE cannot happen.
   const SWEEP = `DELETE FROM ${quoted} WHERE key IN (
   SELECT key FROM ${quoted} WHERE expires_at <= ? ORDER BY expires_at LIMIT ?
 ) RETURNING 1 AS n`;
@@ -174,7 +174,7 @@ WHERE ${OWNED} RETURNING 1 AS n`;
       async claim(key, request, leaseMs) {
         // A key already live is answered by a read, which WAL runs beside the writer: losers
         // (duplicates) never queue for the write lock that owners need for their completions.
-        // The read is a committed snapshot, so the answer is as atomic as the upsert's (S1).
+        // The read is a committed snapshot, so the answer is as atomic as the upsert's.
         const [live] = await exec(GET, [key, Date.now()]);
         if (live) return { claimed: false, row: live };
         const now = Date.now();

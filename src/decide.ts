@@ -1,5 +1,5 @@
 /**
- * The core decision (SPEC §1) as a pure function of (record, incoming fingerprint, now).
+ * The core decision as a pure function of (record, incoming fingerprint, now).
  * @module
  */
 import type { IdempotencyRecord } from './store.js';
@@ -9,11 +9,11 @@ export type Decision =
   | 'execute'
   /** Completed with the same fingerprint: send the stored response. */
   | 'replay'
-  /** Completed with the same fingerprint but no stored body (H12): 409, never re-run. */
+  /** Completed with the same fingerprint but no stored body: 409, never re-run. */
   | 'not-replayable'
-  /** Same key, different request, whatever the state (H14): 422. */
+  /** Same key, different request, whatever the state: 422. */
   | 'mismatch'
-  /** Processing under a valid lease: wait and look again, then 409 (H8). */
+  /** Processing under a valid lease: wait and look again, then 409. */
   | 'wait';
 
 export function decide(record: IdempotencyRecord | undefined, fingerprint: string, now: number): Decision {

@@ -51,30 +51,30 @@ export interface EngineOptions {
   store: IdempotencyStore;
   /**
    * How long a duplicate waits for the first request to finish before a 409 / conflict
-   * error, in ms. 0 answers at once (H8).
+   * error, in ms. 0 answers at once.
    * @default 2000
    */
   wait?: number;
   /**
    * How long a claim holds the key without renewal, in ms; renewed every leaseMs/3 while
-   * the handler runs (H17). A crashed process's key frees after this.
+   * the handler runs. A crashed process's key frees after this.
    * @default 30000
    */
   leaseMs?: number;
   /**
-   * How long a completed record is replayed, in ms (H20). The HTTP layer and
+   * How long a completed record is replayed, in ms. The HTTP layer and
    * `idempotent()` also accept a function of the request and response (or of the
    * arguments and result), see docs/semantics.md#per-operation-ttl.
    * @default 86400000 (24 h)
    */
   ttl?: number;
   /**
-   * Any single store call slower than this fails as `store-unavailable` (S6).
+   * Any single store call slower than this fails as `store-unavailable`.
    * @default 2000
    */
   storeTimeoutMs?: number;
   /**
-   * What to do when the store fails before the handler ran (H16): `'fail'` answers 503
+   * What to do when the store fails before the handler ran: `'fail'` answers 503
    * (fail closed), `'continue'` runs the handler unprotected and emits `unprotected`.
    * @default 'fail'
    */
@@ -139,7 +139,7 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
   return resolved;
 }
 
-/** S7: the store sees a hash of (scope, key), never the client's text. */
+/** The store sees a hash of (scope, key), never the client's text. */
 export function storageKey(scope: string | undefined, key: string): string {
   return createHash('sha256')
     .update(JSON.stringify([scope ?? null, key]))
@@ -157,7 +157,7 @@ export type Acquired =
 
 /**
  * A won claim. While it is held the lease is renewed; `complete` and `release` are
- * fenced by the claim's token (H18) and report whether they took effect.
+ * fenced by the claim's token and report whether they took effect.
  */
 export class Lease {
   #lost = false;
@@ -188,7 +188,7 @@ export class Lease {
       flight.owner = { record, leaseUntil: () => this.#leaseUntil };
       flight.inProgress(now());
     }
-    // Renew at a third of the lease, so two missed renewals still leave time (H17).
+    // Renew at a third of the lease, so two missed renewals still leave time.
     this.#timer = setInterval(() => void this.#renew(), Math.max(1, Math.floor(leaseMs / 3)));
     this.#timer.unref();
   }
@@ -228,7 +228,7 @@ export class Lease {
   /**
    * Stop renewing without settling: the claim now ends with its lease unless `complete` or
    * `release` comes first. For an owner that can no longer tell whether its handler will
-   * ever finish (the client went away), so the key frees like a crashed process's (H17).
+   * ever finish (the client went away), so the key frees like a crashed process's.
    */
   abandon(): void {
     this.#stop();
@@ -408,7 +408,7 @@ export class Engine {
     }
   }
 
-  /** Run one store call with the S6 time bound; every failure becomes StoreUnavailableError. */
+  /** Run one store call within `storeTimeoutMs`; every failure becomes StoreUnavailableError. */
   async call<T>(operation: IdempotencyEvent['operation'], run: () => Promise<T>): Promise<T> {
     const { storeTimeoutMs } = this.options;
     const timedOut = `store ${operation} timed out after ${storeTimeoutMs} ms`;
@@ -621,7 +621,7 @@ export class Engine {
     }
   }
 
-  /** H8: wait in the store until the record settles; 409 when the deadline passes. */
+  /** Wait in the store until the record settles; 409 when the deadline passes. */
   async #waitInStore(
     hub: WaitHub,
     key: string,

@@ -1,12 +1,12 @@
 /**
- * Typed errors with stable `code` strings (C4). `isIdempotencyError` checks a global
+ * Typed errors with stable `code` strings. `isIdempotencyError` checks a global
  * brand, so it works across two copies of the package (ESM and CJS, or two versions).
  * @module
  */
 
 const brand = Symbol.for('idempotency-kit.error');
 
-/** Every problem the library reports; `code` doubles as the problem type name (SPEC §5). */
+/** Every problem the library reports; `code` doubles as the problem type name. */
 export type IdempotencyErrorCode =
   | 'key-missing'
   | 'key-invalid'
@@ -38,7 +38,7 @@ export class IdempotencyError extends Error {
   }
 }
 
-/** Why a key was refused (H4). */
+/** Why a key was refused. */
 export type KeyInvalidReason =
   | 'empty'
   | 'too-long'
@@ -47,7 +47,7 @@ export type KeyInvalidReason =
   | 'malformed-quoting'
   | 'several-values';
 
-/** H2 / H4: the request has no key, or its key is not usable. */
+/** The request has no key, or its key is not usable. */
 export class IdempotencyKeyError extends IdempotencyError {
   override name = 'IdempotencyKeyError';
   /** Set for `key-invalid`. */
@@ -58,7 +58,7 @@ export class IdempotencyKeyError extends IdempotencyError {
   }
 }
 
-/** H14 / C3: same key, different request. Never retryable with this key. */
+/** Same key, different request. Never retryable with this key. */
 export class IdempotencyMismatchError extends IdempotencyError {
   override name = 'IdempotencyMismatchError';
   constructor(message = 'This idempotency key was already used with a different request.') {
@@ -66,7 +66,7 @@ export class IdempotencyMismatchError extends IdempotencyError {
   }
 }
 
-/** H8 / C3: the first request with this key is still running. Retry later. */
+/** The first request with this key is still running. Retry later. */
 export class IdempotencyConflictError extends IdempotencyError {
   override name = 'IdempotencyConflictError';
   /** Seconds to wait before retrying (the `Retry-After` value). */
@@ -77,7 +77,7 @@ export class IdempotencyConflictError extends IdempotencyError {
   }
 }
 
-/** H12: the first request completed, but its response was not stored and cannot be replayed. */
+/** The first request completed, but its response was not stored and cannot be replayed. */
 export class ResponseNotReplayableError extends IdempotencyError {
   override name = 'ResponseNotReplayableError';
   constructor(message = 'The request with this idempotency key completed, but its response was too large or streamed and cannot be replayed.') {
@@ -85,7 +85,7 @@ export class ResponseNotReplayableError extends IdempotencyError {
   }
 }
 
-/** H16 / S4 / S6: the store failed or timed out before the handler ran. */
+/** The store failed or timed out before the handler ran. */
 export class StoreUnavailableError extends IdempotencyError {
   override name = 'StoreUnavailableError';
   readonly retryAfterSeconds: number;
@@ -106,7 +106,7 @@ export class BodyTooLargeError extends IdempotencyError {
   }
 }
 
-/** C1: `idempotent()` was given a result (or arguments) it cannot store faithfully. */
+/** `idempotent()` was given a result (or arguments) it cannot store faithfully. */
 export class ResultNotStorableError extends IdempotencyError {
   override name = 'ResultNotStorableError';
   /** The value fn returned, when fn ran (its effect happened) but the value could not be stored. */

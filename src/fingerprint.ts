@@ -1,5 +1,5 @@
 /**
- * Request fingerprints (H14): method, route path, sorted query, canonical body (object
+ * Request fingerprints: method, route path, sorted query, canonical body (object
  * key order does not matter) and the `fingerprintHeaders`, hashed with SHA-256.
  *
  * Plain JSON values are canonicalised by `JSON.stringify` with a replacer that hands it

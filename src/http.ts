@@ -1,6 +1,6 @@
 /**
- * The HTTP policy every adapter shares (SPEC §2): which requests are covered, key
- * parsing, fingerprinting, replay and problem responses, what is stored (H10–H12).
+ * The HTTP policy every adapter shares: which requests are covered, key
+ * parsing, fingerprinting, replay and problem responses, what is stored.
  * Adapters only translate their framework's request and response to these shapes.
  * @module
  */
@@ -15,7 +15,7 @@ import { assertFunction, assertInteger, assertStringArray } from './validate.js'
 
 export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, 'ttl'> {
   /**
-   * How long a stored response replays, in ms (H20): a number, or a function of the
+   * How long a stored response replays, in ms: a number, or a function of the
    * request and the handler's response, e.g. keep payments 7 days and searches 1 hour.
    * A function must return a positive integer synchronously; anything else (or a throw)
    * keeps the record 24 h and emits `ttl-invalid` (docs/semantics.md#per-operation-ttl).
@@ -23,12 +23,12 @@ export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, '
    */
   ttl?: number | ((req: Req, response: CapturedResponse) => number);
   /**
-   * Methods the layer covers; others pass through untouched even with a key (H1).
+   * Methods the layer covers; others pass through untouched even with a key.
    * @default ['POST', 'PATCH']
    */
   methods?: string[];
   /**
-   * Whether a covered request without the header is refused with 400 `key-missing` (H2).
+   * Whether a covered request without the header is refused with 400 `key-missing`.
    * With `false` it runs unprotected.
    * @default true
    */
@@ -56,17 +56,17 @@ export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, '
    * and path always count). Use it to leave out fields that change between retries.
    */
   fingerprint?: (req: Req) => unknown;
-  /** Request headers that are part of the fingerprint (H14). @default [] */
+  /** Request headers that are part of the fingerprint. @default [] */
   fingerprintHeaders?: string[];
   /**
-   * Which handler statuses are stored for replay (H10). Others release the key.
+   * Which handler statuses are stored for replay. Others release the key.
    * @default status < 500 and not 401, 403, 408, 425 or 429
    */
   storeResponse?: (status: number) => boolean;
-  /** Response headers replayed on top of the built-in allow-list (H11). @default [] */
+  /** Response headers replayed on top of the built-in allow-list. @default [] */
   replayHeaders?: string[];
   /**
-   * Larger response bodies are not stored; a retry then gets 409 `response-not-replayable` (H12).
+   * Larger response bodies are not stored; a retry then gets 409 `response-not-replayable`.
    * @default 1048576 (1 MiB)
    */
   maxResponseBytes?: number;
@@ -128,7 +128,7 @@ export interface HttpRequestInfo<Req> {
   /** The request target, path plus `?query`. */
   url: string;
   headers: Record<string, string | string[] | undefined>;
-  /** The key header's lines, each its own entry (`req.headersDistinct[name]`), to spot repeats (H4). */
+  /** The key header's lines, each its own entry (`req.headersDistinct[name]`), to spot repeats. */
   keyHeaderLines: string[] | string | undefined;
   /** The body, or a function that reads it (called only when the request is covered and keyed). */
   body: () => unknown;
@@ -143,9 +143,9 @@ export interface CapturedResponse {
 }
 
 export interface HttpClaim {
-  /** Store (or release) per H10–H12. Never throws: store failures become events (H16). */
+  /** Store the response, or release the key for one that is not stored. Never throws: store failures become events. */
   finish(response: CapturedResponse): Promise<void>;
-  /** The handler threw: release so a retry runs again (H10). Never throws. */
+  /** The handler threw: release so a retry runs again. Never throws. */
   fail(error?: unknown): Promise<void>;
   /**
    * Stop renewing the lease: the adapter can no longer tell whether the handler will
@@ -160,7 +160,7 @@ export type HttpDecision<Req> =
   | { type: 'respond'; response: HttpResponse; error?: IdempotencyError }
   | { type: 'execute'; claim: HttpClaim; body: unknown; request: HttpRequestInfo<Req> };
 
-/** H11: replayed by default. Everything else (set-cookie, date, request ids, hop-by-hop) is not. */
+/** Replayed by default. Everything else (set-cookie, date, request ids, hop-by-hop) is not. */
 const DEFAULT_REPLAY_HEADERS = [
   'content-type',
   'content-language',
@@ -272,7 +272,7 @@ export class Idempotency<Req = unknown> {
     return new Idempotency({ ...this.#options, ...overrides }, this.#defaults);
   }
 
-  /** H1: only covered methods are looked at. */
+  /** Only covered methods are looked at. */
   covers(method: string): boolean {
     return this.methods.has(method.toUpperCase());
   }

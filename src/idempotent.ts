@@ -1,5 +1,5 @@
 /**
- * `idempotent(fn, options)`: run an async function once per key (SPEC §4), e.g. a
+ * `idempotent(fn, options)`: run an async function once per key, e.g. a
  * queue message handler, so a redelivered message has its effect once.
  * @module
  * @example
@@ -21,7 +21,7 @@ type AnyFunction = (...args: any[]) => unknown;
 
 export interface IdempotentOptions<Args extends readonly unknown[], Result = unknown> extends Omit<EngineOptions, 'ttl'> {
   /**
-   * How long a result replays, in ms (H20): a number, or a function of the call's
+   * How long a result replays, in ms: a number, or a function of the call's
    * arguments (as an array) and fn's result, e.g. `([msg]) => msg.type === 'payment' ? 7 * DAY : HOUR`.
    * A function must return a positive integer synchronously; anything else (or a throw)
    * keeps the record 24 h and emits `ttl-invalid` (docs/semantics.md#per-operation-ttl).
@@ -30,15 +30,15 @@ export interface IdempotentOptions<Args extends readonly unknown[], Result = unk
   ttl?: number | ((args: Args, result: Result) => number);
   /**
    * The idempotency key of a call, from its arguments: e.g. `(msg) => msg.properties.messageId`.
-   * Keys are hashed before they reach the store (S7), so any length is fine. Returning
+   * Keys are hashed before they reach the store, so any length is fine. Returning
    * `undefined`, `null` or `''` rejects the call with IdempotencyKeyError before fn runs.
    */
   key: (...args: Args) => string;
-  /** The tenant of a call; the same key in two scopes is two records (H15). */
+  /** The tenant of a call; the same key in two scopes is two records. */
   scope?: (...args: Args) => string | undefined;
   /**
    * What identifies the request behind the key, e.g. the message body; a later call with
-   * the same key and a different fingerprint throws IdempotencyMismatchError (C3). Bytes
+   * the same key and a different fingerprint throws IdempotencyMismatchError. Bytes
    * (a Buffer) are hashed as they are, anything else canonically (object key order does
    * not matter). By default only the key counts, because brokers change delivery
    * metadata (redelivered flags, delivery tags) between deliveries of the same message.
@@ -109,7 +109,7 @@ export function idempotent<Args extends unknown[], R, Client, This = unknown>(
   options: IdempotentTransactionOptions<Args, Client>,
 ): (this: This, ...args: Args) => Promise<Awaited<R>>;
 /**
- * Wrap `fn` so that calls with the same key run it once (C1–C3). The wrapper keeps fn's
+ * Wrap `fn` so that calls with the same key run it once. The wrapper keeps fn's
  * parameter types and returns a promise of fn's result:
  *
  * - first call: fn runs; its result is stored and returned;
@@ -216,7 +216,7 @@ export function idempotent<F extends AnyFunction>(
     try {
       result = await run();
     } catch (error) {
-      // C3: release so that a redelivery runs fn again; the caller sees fn's own error.
+      // Release so that a redelivery runs fn again; the caller sees fn's own error.
       // A lost lease is reported by the lease itself (lease-lost); a store failure here
       // leaves the record to expire after leaseMs, which also lets a retry run fn.
       await lease.release().catch((releaseError: unknown) =>
@@ -241,8 +241,8 @@ export function idempotent<F extends AnyFunction>(
         { result, cause: error },
       );
     }
-    // A store failure here must not hide fn's result: the effect happened (H16). A lost
-    // lease (H18) refuses the write and emits lease-lost; the caller still gets its result.
+    // A store failure here must not hide fn's result: the effect happened. A lost
+    // lease refuses the write and emits lease-lost; the caller still gets its result.
     const ttl = engine.ttlFor(ttlFn && (() => ttlFn(args, result)), key, scope);
     await lease
       .complete({ status: RESULT_STATUS, headers: {}, body }, ttl)

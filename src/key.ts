@@ -1,5 +1,5 @@
 /**
- * Idempotency-Key header parsing (H3–H5): a bare token or an RFC 9651 sf-string name
+ * Idempotency-Key header parsing: a bare token or an RFC 9651 sf-string name
  * the same key; parameters are ignored; the key is otherwise opaque and case-sensitive.
  * @module
  */
@@ -47,7 +47,7 @@ function paramsTail(rest: string): KeyInvalidReason | undefined {
 
 /**
  * Parse the header value(s). `undefined` means the header is absent (the caller decides
- * whether that is an error, H2). Several header lines arrive as an array (H4).
+ * whether that is an error). Several header lines arrive as an array.
  */
 export function parseIdempotencyKey(value: string | readonly string[] | undefined, maxKeyLength: number): KeyParseResult {
   if (value === undefined) return { key: undefined, error: undefined };

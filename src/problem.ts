@@ -1,5 +1,5 @@
 /**
- * RFC 9457 problem details for the errors the layer itself produces (H19).
+ * RFC 9457 problem details for the errors the layer itself produces.
  * @module
  */
 import { IdempotencyConflictError, IdempotencyKeyError, StoreUnavailableError, type IdempotencyError } from './errors.js';

@@ -1,5 +1,5 @@
 /**
- * Faithful result encoding for `idempotent()` (C1): JSON values plus `undefined`,
+ * Faithful result encoding for `idempotent()`: JSON values plus `undefined`,
  * `Date`, `Buffer` / `Uint8Array`, `Map`, `Set`, `bigint` and non-finite numbers come
  * back as they went in. Anything else (functions, symbols, class instances, cycles) is
  * refused with a ResultNotStorableError naming where it was found.

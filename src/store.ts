@@ -1,16 +1,16 @@
 /**
- * The storage contract every driver implements (SPEC S1–S7), and the record shape.
+ * The storage contract every driver implements, and the record shape.
  * @module
  */
 
 /** A response as captured from a handler and stored for replay. */
 export interface StoredResponse {
   status: number;
-  /** Only allow-listed headers (H11), lower-case names. */
+  /** Only allow-listed headers, lower-case names. */
   headers: Record<string, string | string[]>;
   /**
    * The body bytes. `null` marks a record completed without a replayable body
-   * (too large or a stream that could not be captured, H12): a retry gets 409.
+   * (too large or a stream that could not be captured): a retry gets 409.
    */
   body: Uint8Array | null;
 }
@@ -18,7 +18,7 @@ export interface StoredResponse {
 export interface ProcessingRecord {
   state: 'processing';
   fingerprint: string;
-  /** Random per claim; fences complete / release / extend (H18). */
+  /** Random per claim; fences complete / release / extend. */
   token: string;
   createdAt: number;
   /** Epoch ms after which another caller may take the key over. */
@@ -30,7 +30,7 @@ export interface CompletedRecord {
   fingerprint: string;
   token: string;
   createdAt: number;
-  /** Epoch ms after which the record is gone (H20). */
+  /** Epoch ms after which the record is gone. */
   expiresAt: number;
   response: StoredResponse;
 }
@@ -49,25 +49,25 @@ export type ClaimResult =
   | { claimed: false; record: IdempotencyRecord };
 
 /**
- * A storage backend. Keys passed in are already hashed (S7): drivers never see user input.
+ * A storage backend. Keys passed in are already hashed: drivers never see user input.
  *
- * Every method throws on a store failure (S4); a failure is never reported as "not found".
+ * Every method throws on a store failure; a failure is never reported as "not found".
  */
 export interface IdempotencyStore {
   readonly name: string;
   /**
-   * S1: atomically create a processing record if the key is absent, its lease has
+   * Atomically create a processing record if the key is absent, its lease has
    * expired, or its completed record has expired. Exactly one of any number of
    * concurrent claimers wins; a loser gets the live record in the same round trip.
    */
   claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult>;
-  /** S3: never returns an expired record or a processing record whose lease ended. */
+  /** Never returns an expired record or a processing record whose lease ended. */
   get(key: string): Promise<IdempotencyRecord | undefined>;
-  /** S2: processing -> completed, only while `token` owns the record. */
+  /** Processing -> completed, only while `token` owns the record. */
   complete(key: string, token: string, response: StoredResponse, ttlMs: number): Promise<boolean>;
-  /** S2: delete the record, only while `token` owns it and it is processing. */
+  /** Delete the record, only while `token` owns it and it is processing. */
   release(key: string, token: string): Promise<boolean>;
-  /** S2: push `leaseUntil` to now + leaseMs, only while `token` owns the processing record. */
+  /** Push `leaseUntil` to now + leaseMs, only while `token` owns the processing record. */
   extend(key: string, token: string, leaseMs: number): Promise<boolean>;
   /** Stop timers and close connections the store opened itself. */
   close(): Promise<void>;
@@ -215,7 +215,7 @@ export interface SqlRecordRow {
   status: number | null;
   /** Parsed by the driver (jsonb or text). */
   headers: Record<string, string | string[]> | null;
-  /** SQL NULL marks "completed without a replayable body" (H12); an empty blob is an empty body. */
+  /** SQL NULL marks "completed without a replayable body"; an empty blob is an empty body. */
   body: Uint8Array | null;
 }
 

@@ -3,7 +3,7 @@
  * @module
  */
 
-/** Settle with `promise`, or reject with `message` after `ms` (S6: nothing hangs). */
+/** Settle with `promise`, or reject with `message` after `ms` (nothing hangs). */
 export function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {

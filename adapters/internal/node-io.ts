@@ -306,8 +306,8 @@ export function toNodeStream(body: unknown): Readable | undefined {
  * Capture a response body stream (Koa's `ctx.body`, Fastify's payload) on its way out. The
  * returned stream passes every chunk on and ends only once the response is stored, as
  * captureResponse holds back `end`. Over `maxResponseBytes` the record completes without a
- * body (H12). A failing source releases the claim, like a thrown error (H10); a consumer
- * that goes away first (the client disconnected) completes it without a body (H12): the
+ * body. A failing source releases the claim, like a thrown error; a consumer
+ * that goes away first (the client disconnected) completes it without a body: the
  * handler did run, so a retry must not run it again.
  */
 export function captureStream(source: Readable, claim: HttpClaim, head: Omit<CapturedResponse, 'body'>): Readable {
@@ -339,7 +339,7 @@ export function captureStream(source: Readable, claim: HttpClaim, head: Omit<Cap
   return tee;
 }
 
-/** The key header's lines, one entry per line, so repeated lines are spotted (H4). */
+/** The key header's lines, one entry per line, so repeated lines are spotted. */
 export function keyHeaderLines(req: IncomingMessage, headerName: string): string[] | string | undefined {
   return req.headersDistinct?.[headerName] ?? req.headers[headerName];
 }
