@@ -25,7 +25,7 @@ import {
 } from './postgres-transaction.js';
 import { assertDriverUrl, postgresDriver } from './registry.js';
 import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
-import { adapterFrom, assertOneSource, bodyBuffer, requireVia, sqlKey } from './utils.js';
+import { adapterFrom, assertOneSource, bodyBuffer, requireVia, settleListeners, sqlKey } from './utils.js';
 
 export type { ClientOf, IsolationLevel, PostgresClient, PostgresPool, PostgresTransactionOptions } from './postgres-transaction.js';
 
@@ -412,24 +412,12 @@ function listenFeed(
   channel: string,
   timeoutMs: number,
 ): { subscribe: (listener: SettleListener) => () => void; close: () => Promise<void> } {
-  const listeners = new Set<SettleListener>();
+  const listeners = settleListeners();
+  const setLive = listeners.setLive;
   let connection: PgClient | undefined;
-  let live = false;
   let closed = false;
   let retry: NodeJS.Timeout | undefined;
   let attempt = 0;
-  const setLive = (value: boolean) => {
-    if (live === value) return;
-    live = value;
-    for (const listener of listeners) {
-      try {
-        if (value) listener.ready();
-        else listener.down();
-      } catch {
-        // a listener's bug must not stop the feed
-      }
-    }
-  };
   const start = () => {
     if (closed || connection || retry) return;
     let client: PgClient;
@@ -460,7 +448,7 @@ function listenFeed(
     client.on('end', drop);
     client.on('notification', (message) => {
       const wake = message.channel === channel ? parseWake(message.payload) : undefined;
-      if (wake) for (const listener of listeners) listener.settled(wake.key, wake.record);
+      if (wake) listeners.settled(wake.key, wake.record);
     });
     void (async () => {
       try {
@@ -477,12 +465,9 @@ function listenFeed(
   };
   return {
     subscribe(listener) {
-      listeners.add(listener);
+      const unsubscribe = listeners.add(listener);
       start();
-      if (live) queueMicrotask(() => listeners.has(listener) && listener.ready());
-      return () => {
-        listeners.delete(listener);
-      };
+      return unsubscribe;
     },
     async close() {
       closed = true;

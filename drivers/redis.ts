@@ -25,7 +25,7 @@ import {
 } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
 import { assertDriverUrl, redisDriver } from './registry.js';
-import { adapterFrom, isLive } from './utils.js';
+import { adapterFrom, isLive, settleListeners } from './utils.js';
 import { assertInteger } from '../src/validate.js';
 import { isRedisClusterUrl, isRedisSentinelUrl, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
 
@@ -561,24 +561,12 @@ function settleFeed(
   // Cluster and sentinel clients emit no 'ready' after a reconnect: their errors do not
   // stop the feed (node-redis resubscribes), the safety poll covers a gap.
   const cluster = client.isReady === undefined || sharedSubscriber !== undefined;
-  const listeners = new Set<SettleListener>();
+  const listeners = settleListeners();
+  const setLive = listeners.setLive;
   let subscriber: SubscriberClient | undefined;
-  let live = false;
   let closed = false;
   let retry: NodeJS.Timeout | undefined;
   let attempt = 0;
-  const setLive = (value: boolean) => {
-    if (live === value) return;
-    live = value;
-    for (const listener of listeners) {
-      try {
-        if (value) listener.ready();
-        else listener.down();
-      } catch {
-        // a listener's bug must not stop the feed
-      }
-    }
-  };
   const retryLater = () => {
     if (closed || retry) return;
     retry = setTimeout(() => {
@@ -622,7 +610,7 @@ function settleFeed(
         await withTimeout(
           sub.subscribe(channel, (message) => {
             const wake = parseWake(message);
-            if (wake) for (const listener of listeners) listener.settled(wake.key, wake.record);
+            if (wake) listeners.settled(wake.key, wake.record);
           }),
           timeoutMs,
           timedOut('SUBSCRIBE', timeoutMs),
@@ -638,12 +626,9 @@ function settleFeed(
   };
   return {
     subscribe(listener) {
-      listeners.add(listener);
+      const unsubscribe = listeners.add(listener);
       start();
-      if (live) queueMicrotask(() => listeners.has(listener) && listener.ready());
-      return () => {
-        listeners.delete(listener);
-      };
+      return unsubscribe;
     },
     close() {
       closed = true;

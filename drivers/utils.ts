@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
-import type { ClaimResult, IdempotencyRecord } from '../src/store.js';
+import type { ClaimResult, IdempotencyRecord, SettleListener } from '../src/store.js';
 
 /** The URL as shown in errors (JSON-quoted): a password never reaches a log. */
 export function redactUrl(url: unknown): string {
@@ -142,4 +142,48 @@ export async function sweepInBatches(deleteBatch: () => Promise<number>, batchSi
   for (let batch = 0; batch < 10 && !stopped(); batch++) {
     if ((await deleteBatch()) < batchSize) return;
   }
+}
+
+/**
+ * The waiters a store's wake-up feed serves: whether the feed is live (told to each
+ * listener as `ready` / `down`), settles fanned out to all, and a late subscriber told
+ * `ready` when the feed already is. A listener's bug never stops the feed.
+ */
+export function settleListeners(): {
+  add(listener: SettleListener): () => void;
+  settled(key: string, record?: IdempotencyRecord | null): void;
+  setLive(value: boolean): void;
+  readonly live: boolean;
+  clear(): void;
+} {
+  const listeners = new Set<SettleListener>();
+  let live = false;
+  const each = (call: (listener: SettleListener) => void) => {
+    for (const listener of listeners) {
+      try {
+        call(listener);
+      } catch {
+        // a listener's bug must not stop the feed
+      }
+    }
+  };
+  return {
+    add(listener) {
+      listeners.add(listener);
+      if (live) queueMicrotask(() => listeners.has(listener) && listener.ready());
+      return () => {
+        listeners.delete(listener);
+      };
+    },
+    settled: (key, record) => each((listener) => listener.settled(key, record)),
+    setLive(value) {
+      if (live === value) return;
+      live = value;
+      each((listener) => (value ? listener.ready() : listener.down()));
+    },
+    get live() {
+      return live;
+    },
+    clear: () => listeners.clear(),
+  };
 }

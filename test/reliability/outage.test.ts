@@ -22,6 +22,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MYSQL_URL, POSTGRES_URL } from '../helpers/services.js';
 import { execLog, figure, request, sleep, startServer, stopAllServers, uniqueKey, type Reply, type ServerProcess } from './fixtures/cluster.js';
 import { storeReachable, storeTarget } from './fixtures/stores.js';
+import { freePort } from '../helpers/ports.js';
 
 const STORE_TIMEOUT_MS = 500;
 /** Slack for process scheduling on a loaded 2-core CI machine. */
@@ -78,16 +79,6 @@ async function expectRecovered(server: ServerProcess, prefix: string): Promise<v
   expect(server.alive()).toBe(true);
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address() as net.AddressInfo;
-      probe.close(() => resolve(port));
-    });
-  });
-}
 
 /** A Redis server of this file's own, on a free port, gone when the suite ends. */
 async function privateRedis(): Promise<{ url: string; stop: () => Promise<void> }> {

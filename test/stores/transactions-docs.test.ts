@@ -5,13 +5,13 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { send } from '../adapters/client.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
+import { freePort } from '../helpers/ports.js';
 
 const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -46,16 +46,6 @@ function run(file: string, env: Record<string, string>) {
   return { child, exited, output: () => output };
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 describe.skipIf(!available)('docs/transactions.md: the examples run as written', () => {
   const db = new pg.Pool({ connectionString: databaseUrl, max: 2 });
