@@ -37,6 +37,100 @@ export async function storeRunner(name: string, url: string): Promise<PairRunner
   };
 }
 
+/**
+ * Raw `pg`: the PostgreSQL driver's claim and complete statements (kept in step with
+ * drivers/postgres.ts), named, on a pool of the driver's default size (10), with the
+ * same values the driver binds. No timeout wrapper, no key hashing, no row mapping.
+ */
+export async function rawPgRunner(url: string, poolSize = 10): Promise<PairRunner> {
+  const { default: pg } = await import('pg');
+  const pool = new pg.Pool({ connectionString: url, max: poolSize });
+  const table = `bench_raw_pg_${Date.now().toString(36)}_${process.pid}`;
+  const NOW = `(extract(epoch from statement_timestamp()) * 1000)::bigint`;
+  const COLUMNS = 'state, fingerprint, token, created_at, expires_at, status, headers, body';
+  await pool.query(`CREATE TABLE "${table}" (key text PRIMARY KEY, state text NOT NULL, fingerprint text NOT NULL, token text NOT NULL,
+    created_at bigint NOT NULL, expires_at bigint NOT NULL, status integer, headers jsonb, body bytea)`);
+  await pool.query(`CREATE INDEX ON "${table}" (expires_at)`);
+  const CLAIM = `WITH claimed AS (
+  INSERT INTO "${table}" AS r (key, state, fingerprint, token, created_at, expires_at)
+  VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint)
+  ON CONFLICT (key) DO UPDATE
+    SET state = 'processing', fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token,
+        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
+        status = NULL, headers = NULL, body = NULL
+    WHERE r.expires_at <= ${NOW}
+  RETURNING true AS claimed, r.state, r.fingerprint, r.token, r.created_at, r.expires_at, r.status, r.headers, r.body
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT false, ${COLUMNS} FROM "${table}"
+WHERE key = $1 AND expires_at > ${NOW} AND NOT EXISTS (SELECT 1 FROM claimed)`;
+  const COMPLETE = `UPDATE "${table}"
+SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
+WHERE key = $1 AND token = $2 AND state = 'processing' AND expires_at > ${NOW} RETURNING 1 AS n`;
+  const body = Buffer.from(RESPONSE.body);
+  return {
+    name: 'raw pg',
+    async pair(k) {
+      const token = randomUUID();
+      const claimed = await pool.query({ name: `${table}_claim`, text: CLAIM, values: [k, 'fp-0123456789abcdef', token, Date.now(), 30_000] });
+      if (claimed.rows[0]?.claimed !== true) throw new Error(`raw pg ${k}: not claimed`);
+      const done = await pool.query({ name: `${table}_complete`, text: COMPLETE, values: [k, token, 60_000, 201, JSON.stringify(RESPONSE.headers), body] });
+      if (done.rows.length !== 1) throw new Error(`raw pg ${k}: not completed`);
+    },
+    async close() {
+      await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+      await pool.end();
+    },
+  };
+}
+
+/**
+ * Raw node-redis: one client running the Redis driver's claim and complete scripts (kept
+ * in step with drivers/redis.ts) by EVALSHA, with the same arguments the driver sends.
+ */
+export async function rawRedisRunner(url: string): Promise<PairRunner> {
+  const { createClient } = await import('@redis/client');
+  const client = createClient({ url });
+  client.on('error', () => undefined);
+  await client.connect();
+  const CLAIM = `
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return '' end
+local current = redis.call('GET', KEYS[1])
+if current then return current end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ''
+`;
+  const COMPLETE = `
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+local record = cjson.decode(current)
+if record.s ~= 'p' or record.t ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], '{"s":"c","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
+  .. ',"c":' .. string.format('%.0f', record.c) .. ',"e":' .. ARGV[3] .. ',"r":' .. ARGV[2] .. '}', 'PX', ARGV[4])
+return 1
+`;
+  const claimSha = String(await client.scriptLoad(CLAIM));
+  const completeSha = String(await client.scriptLoad(COMPLETE));
+  const prefix = `bench-raw-redis:${Date.now().toString(36)}:`;
+  return {
+    name: 'raw redis',
+    async pair(k) {
+      const token = randomUUID();
+      const now = Date.now();
+      const record = JSON.stringify({ s: 'p', f: 'fp-0123456789abcdef', t: token, c: now, l: now + 30_000 });
+      const key = prefix + k;
+      if ((await client.evalSha(claimSha, { keys: [key], arguments: [record, '30000'] })) !== '') throw new Error(`raw redis ${k}: not claimed`);
+      const response = JSON.stringify({ s: RESPONSE.status, h: RESPONSE.headers, b: Buffer.from(RESPONSE.body).toString('base64') });
+      const done = await client.evalSha(completeSha, { keys: [key], arguments: [token, response, String(Date.now() + 60_000), '60000'] });
+      if (done !== 1) throw new Error(`raw redis ${k}: not completed`);
+    },
+    async close() {
+      client.destroy();
+    },
+  };
+}
+
 /** Run `pairs` pairs with `concurrency` callers after a warm-up; CPU and wall time of the measured part. */
 export async function measurePairs(runner: PairRunner, o: { pairs: number; concurrency: number; warmup?: number }): Promise<PairResult> {
   const prefix = `pairs-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
@@ -66,7 +160,11 @@ if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith
   const pairs = Number(process.env.PAIRS ?? 5000);
   const concurrency = Number(process.env.CONCURRENCY ?? 32);
   for (const url of args) {
-    const runner = await storeRunner(url.split(':')[0]!, url);
+    const runner = url.startsWith('raw-pg:')
+      ? await rawPgRunner(url.slice('raw-pg:'.length))
+      : url.startsWith('raw-redis:')
+        ? await rawRedisRunner(url.slice('raw-redis:'.length))
+        : await storeRunner(url.split(':')[0]!, url);
     const r = await measurePairs(runner, { pairs, concurrency });
     await runner.close();
     process.stdout.write(`${url}\t${r.pairsPerSec.toFixed(0)} pairs/s\t${r.cpuUsPerPair.toFixed(1)} us CPU/pair\n`);
