@@ -155,7 +155,100 @@ export async function measurePairs(runner: PairRunner, o: { pairs: number; concu
   return { store: runner.name, pairs: o.pairs, pairsPerSec: o.pairs / wallS, cpuUsPerPair: (cpu.user + cpu.system) / o.pairs };
 }
 
-if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith('bench/pairs.ts')) {
+/** The SQLite store as it was before its own connection: @keyv/sqlite's query() per statement, synchronous FULL. */
+export async function sqliteBeforeRunner(file: string): Promise<PairRunner> {
+  const { default: KeyvSqlite } = await import('@keyv/sqlite');
+  const { sqliteStore } = await import('../drivers/sqlite.js');
+  const adapter = new KeyvSqlite({ uri: `sqlite://${file}` });
+  const store = sqliteStore({ adapter, synchronous: 'full', sweepIntervalMs: 0 });
+  return {
+    name: 'sqlite (before)',
+    async pair(k) {
+      const token = randomUUID();
+      const result = await store.claim(k, { fingerprint: 'fp-0123456789abcdef', token, createdAt: Date.now() }, 30_000);
+      if (!result.claimed || !(await store.complete(k, token, RESPONSE, 60_000))) throw new Error(`pair ${k} failed`);
+    },
+    async close() {
+      await store.close();
+      await adapter.disconnect();
+    },
+  };
+}
+
+export interface MemoryBound {
+  maxEntries: number;
+  pairs: number;
+  recordsKept: number;
+  heapGrowthMiB: number;
+}
+
+/** A first-execution run of 10 × maxEntries pairs on a memory store: records kept and heap growth after GC. */
+export async function memoryBound(maxEntries = 10_000): Promise<MemoryBound> {
+  const { memoryStore } = await import('../drivers/memory.js');
+  const map = new Map();
+  const store = memoryStore({ map, maxEntries, sweepIntervalMs: 0 });
+  const gc = (globalThis as { gc?: () => void }).gc;
+  const pairs = maxEntries * 10;
+  let heapBefore = 0;
+  for (let i = 0; i < pairs; i++) {
+    if (i === maxEntries) {
+      gc?.();
+      heapBefore = process.memoryUsage().heapUsed;
+    }
+    const token = randomUUID();
+    await store.claim(`m${i}`, { fingerprint: 'fp-0123456789abcdef', token, createdAt: Date.now() }, 30_000);
+    await store.complete(`m${i}`, token, RESPONSE, 600_000);
+  }
+  gc?.();
+  const heapGrowthMiB = (process.memoryUsage().heapUsed - heapBefore) / 2 ** 20;
+  const recordsKept = map.size;
+  await store.close();
+  return { maxEntries, pairs, recordsKept, heapGrowthMiB };
+}
+
+export interface PairsReport {
+  rows: Array<PairResult & { samples: number[] }>;
+  memory: MemoryBound;
+}
+
+/**
+ * `--json name=url ...`: each store and baseline `repeats` times, taking turns, median by
+ * CPU per pair. Names starting `raw-pg`/`raw-redis`/`sqlite-before` pick the baselines.
+ */
+async function jsonMain(args: string[]): Promise<void> {
+  const quick = args.includes('--quick');
+  const pairs = quick ? 1500 : 6000;
+  const repeats = quick ? 1 : 3;
+  const targets = args.filter((a) => a.includes('=')).map((a) => [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)] as const);
+  const samples = new Map<string, PairResult[]>();
+  for (let i = 0; i < repeats; i++) {
+    for (const [name, url] of targets) {
+      const runner = name === 'raw pg'
+        ? await rawPgRunner(url)
+        : name === 'raw redis'
+          ? await rawRedisRunner(url)
+          : name === 'sqlite (before)'
+            ? await sqliteBeforeRunner(`${url}.${i}`)
+            : await storeRunner(name, name === 'sqlite' ? `sqlite://${url}.${i}` : url);
+      try {
+        const r = await measurePairs(runner, { pairs: name.includes('sqlite') && quick ? 500 : pairs, concurrency: 32 });
+        samples.set(name, [...(samples.get(name) ?? []), r]);
+      } finally {
+        await runner.close();
+      }
+    }
+  }
+  const rows = [...samples].map(([, runs]) => {
+    const sorted = [...runs].sort((a, b) => a.cpuUsPerPair - b.cpuUsPerPair);
+    return { ...sorted[Math.floor((sorted.length - 1) / 2)]!, samples: runs.map((r) => Math.round(r.cpuUsPerPair)) };
+  });
+  const memory = await memoryBound(quick ? 2000 : 10_000);
+  process.stdout.write(`${JSON.stringify({ rows, memory } satisfies PairsReport)}\n`);
+}
+
+if (process.argv.includes('--json')) {
+  await jsonMain(process.argv.slice(2));
+} else if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith('bench/pairs.ts')) {
   const args = process.argv.slice(2);
   const pairs = Number(process.env.PAIRS ?? 5000);
   const concurrency = Number(process.env.CONCURRENCY ?? 32);
