@@ -217,7 +217,7 @@ export interface PairsReport {
  */
 async function jsonMain(args: string[]): Promise<void> {
   const quick = args.includes('--quick');
-  const pairs = quick ? 1500 : 6000;
+  const pairs = quick ? 2500 : 6000;
   const repeats = quick ? 1 : 3;
   const targets = args.filter((a) => a.includes('=')).map((a) => [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)] as const);
   const samples = new Map<string, PairResult[]>();
@@ -231,7 +231,7 @@ async function jsonMain(args: string[]): Promise<void> {
             ? await sqliteBeforeRunner(`${url}.${i}`)
             : await storeRunner(name, name === 'sqlite' ? `sqlite://${url}.${i}` : url);
       try {
-        const r = await measurePairs(runner, { pairs: name.includes('sqlite') && quick ? 500 : pairs, concurrency: 32 });
+        const r = await measurePairs(runner, { pairs: name.includes('sqlite') && quick ? 1000 : pairs, concurrency: 32 });
         samples.set(name, [...(samples.get(name) ?? []), r]);
       } finally {
         await runner.close();
