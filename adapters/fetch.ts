@@ -15,7 +15,7 @@
  * );
  */
 import { Idempotency, type IdempotencyOptions } from '../src/http.js';
-import { abandonOnAbort, readRequestBody, recordResponse, requestInfo, toResponse } from './web.js';
+import { abandonOnAbort, readRequestBody, recordResponse, requestInfo, toResponse } from './internal/web-io.js';
 
 /**
  * Every option of the HTTP layer; `scope` and `fingerprint` receive the `Request`. `scope`

@@ -16,7 +16,7 @@
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
 import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
-import { abandonOnAbort, assertDeclaredLength, consumeBody, recordResponse, requestInfo, toResponse, withBody } from './web.js';
+import { abandonOnAbort, assertDeclaredLength, consumeBody, recordResponse, requestInfo, toResponse, withBody } from './internal/web-io.js';
 
 /** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
 export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;

@@ -43,6 +43,7 @@ export interface ServerEnv {
   NAMESPACE?: string;
   COUNT_PG?: '1';
   COUNT_KEYS?: '1';
+  COUNT_OPS?: '1';
 }
 
 const entries: Record<'server' | 'fingerprint' | 'breakdown' | 'pairs', string[]> = {

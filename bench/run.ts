@@ -12,7 +12,7 @@
  *   --adapters=a,b       subset of node,express,fastify,koa,hono
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
- *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs   skip a part
+ *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting   skip a part
  *   --write / --no-write write docs/benchmarks.md (generated part) and docs/benchmarks.svg
  *                        (default: write in full mode, not in quick mode)
  *   --cpu-prof           servers write V8 CPU profiles to bench/profiles/
@@ -49,6 +49,7 @@ import { renderMarkdown, renderSvg, type BenchResults, type RoundTripRow, type R
 import type { BreakdownRow } from './breakdown.js';
 import type { FingerprintResult } from './fingerprint.js';
 import type { PairsReport } from './pairs.js';
+import { measureWaiting, type WaitingRow } from './waiting.js';
 
 const argv = process.argv.slice(2);
 const flag = (name: string) => argv.includes(`--${name}`);
@@ -67,6 +68,7 @@ const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express'] : 
 const stores = (opt('stores')?.split(',') ?? (quick ? ['memory'] : [...ALL_STORES])) as StoreName[];
 const peers = !flag('no-peers');
 const roundTrips = !flag('no-round-trips');
+const waitingPart = !flag('no-waiting');
 const fingerprint = !flag('no-fingerprint');
 const pairsPart = !flag('no-pairs');
 const write = flag('write') || (!quick && !flag('no-write'));
@@ -96,7 +98,7 @@ const storeUrls: Partial<Record<StoreName, string>> = {};
 async function setUpStores(): Promise<void> {
   const wanted = new Set<string>(stores);
   if (peers) wanted.add('redis');
-  if (roundTrips || pairsPart) {
+  if (roundTrips || pairsPart || waitingPart) {
     wanted.add('redis');
     wanted.add('postgres');
   }
@@ -573,6 +575,29 @@ async function main(): Promise<void> {
     log(`\nstore client CPU per claim + complete pair, 32 concurrent callers (${fmt((Date.now() - started) / 1000, 1)} s)`);
     pairs = runPairs();
   }
+  const waiting: WaitingRow[] = [];
+  if (waitingPart) {
+    log(`\nwaiting duplicates: store operations and wake-up delay (${fmt((Date.now() - started) / 1000, 1)} s)`);
+    for (const store of ['redis', 'postgres', 'sqlite'] as const) {
+      const url = storeUrls[store];
+      if (!url) continue;
+      try {
+        const rows = await measureWaiting({
+          store,
+          url,
+          namespace: NAMESPACE,
+          durations: quick ? [200, 1000] : [100, 300, 1000, 1800],
+          keys: quick ? 10 : 40,
+          batch: 10,
+          log,
+        });
+        waiting.push(...rows);
+        for (const r of rows) if (r.bad > 0) problems.push(`waiting ${store} handler ${r.handlerMs} ms: ${r.bad} keys had a 409 or 5xx answer`);
+      } catch (error) {
+        problems.push(`waiting ${store}: ${(error as Error).message}`);
+      }
+    }
+  }
   let fp: FingerprintResult | undefined;
   if (fingerprint) {
     log(`\nfingerprint cost (${fmt((Date.now() - started) / 1000, 1)} s)`);
@@ -600,6 +625,7 @@ async function main(): Promise<void> {
     rows,
     roundTrips: rt,
     pairs,
+    waiting,
     fingerprint: fp,
     breakdown,
     skipped,

@@ -7,6 +7,7 @@
  *   PEER_STORE memory | redis (peers), REDIS_URL for the Redis one
  *   COUNT_PG=1 count the PostgreSQL queries this process sends (round trips)
  *   COUNT_KEYS=1 count executions per key (double executions)
+ *   COUNT_OPS=1 count the store's operations (every method call) by name
  * Prints one JSON line `{"ready":true,"port":N}` on stdout, then serves until SIGTERM.
  * @module
  */
@@ -35,12 +36,29 @@ async function countPgQueries(): Promise<void> {
   } as typeof pg.Client.prototype.query;
 }
 
+/** Store operations by method (each one round trip or so), with COUNT_OPS=1. */
+const storeOps: Record<string, number> = {};
+
+/** The store with every operation counted; `subscribe` (no round trip per call) passes through. */
+function countOps(store: IdempotencyStore): IdempotencyStore {
+  const counted = { ...store, name: store.name } as IdempotencyStore;
+  for (const op of ['claim', 'get', 'complete', 'release', 'extend'] as const) {
+    const run = store[op].bind(store) as (...args: unknown[]) => Promise<unknown>;
+    (counted as unknown as Record<string, unknown>)[op] = (...args: unknown[]) => {
+      storeOps[op] = (storeOps[op] ?? 0) + 1;
+      return run(...args);
+    };
+  }
+  return counted;
+}
+
 async function main(): Promise<void> {
   let store: IdempotencyStore | undefined;
   if (impl === 'ours') {
     if (env.COUNT_PG === '1') await countPgQueries();
     const { createStore } = await import('../drivers/create-store.js');
     store = createStore(env.STORE_URL ?? 'memory://', env.NAMESPACE ? { namespace: env.NAMESPACE } : {});
+    if (env.COUNT_OPS === '1') store = countOps(store);
   }
   const app = await startApp({
     adapter,
@@ -48,7 +66,10 @@ async function main(): Promise<void> {
     store,
     peerStore: (env.PEER_STORE as 'memory' | 'redis' | undefined) ?? 'memory',
     redisUrl: env.REDIS_URL,
-    extraStats: () => (env.COUNT_PG === '1' ? { pgQueries: pgCount.total, pgByKind: { ...pgCount.byKind } } : {}),
+    extraStats: () => ({
+      ...(env.COUNT_PG === '1' ? { pgQueries: pgCount.total, pgByKind: { ...pgCount.byKind } } : {}),
+      ...(env.COUNT_OPS === '1' ? { storeOps: { ...storeOps } } : {}),
+    }),
   });
   let closing = false;
   const shutdown = async () => {

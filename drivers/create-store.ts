@@ -6,7 +6,7 @@
  * @example
  * const store = createStore(process.env.IDEMPOTENCY_STORE ?? 'sqlite://./.data/idempotency.sqlite');
  */
-import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, StoredResponse } from '../src/store.js';
+import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, SettleListener, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
 import { DRIVERS, driverForAdapter, driverForScheme, memoryDriver, type DriverDefinition } from './registry.js';
 import { assertTableName, isModuleNotFound, missingPackages, redactUrl } from './utils.js';
@@ -73,6 +73,21 @@ function lazyStore(driver: DriverDefinition, options: Record<string, unknown>): 
     extend: async (key: string, token: string, leaseMs: number) => (await store()).extend(key, token, leaseMs),
     close: async () => {
       if (loaded) await (await loaded.catch(() => undefined))?.close();
+    },
+    // Wake-ups for waiting duplicates, once the driver is loaded (if it offers them).
+    subscribe: (listener: SettleListener) => {
+      let detach: (() => void) | undefined;
+      let detached = false;
+      store().then(
+        (loadedStore) => {
+          if (!detached && typeof loadedStore.subscribe === 'function') detach = loadedStore.subscribe(listener);
+        },
+        () => undefined, // the driver's calls report the failure; waiters poll
+      );
+      return () => {
+        detached = true;
+        detach?.();
+      };
     },
   };
 }

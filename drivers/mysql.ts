@@ -135,7 +135,7 @@ export function mysqlStore(options: MysqlStoreOptions): IdempotencyStore {
       await pool?.end();
     };
   } else {
-    const adapter = adapterFrom<KeyvMysql>(options, mysqlDriver.adapter!.is, '@keyv/mysql', 'new KeyvMysql(uri)');
+    const adapter = adapterFrom<KeyvMysql>(options, mysqlDriver.adapter!);
     // The adapter's query() takes finished SQL text: values are escaped by mysql2.format.
     query = async (sql, values) => (await adapter.query<Result>(mysql2().format(sql, values))) as Result;
   }

@@ -66,6 +66,7 @@ export interface TransactionContext {
   query: (text: string, values: unknown[]) => Promise<{ state: string; token: string }[]>;
   /** `UPDATE … SET state = 'completed' … WHERE key, token, processing, lease live RETURNING 1`. */
   completeSql: string;
+  /** Its parameters, from the storage key as the store's methods receive it (not hashed). */
   completeValues: (key: string, token: string, response: StoredResponse, ttlMs: number) => unknown[];
   /** Waits for a transaction holding the row to end: `SELECT state, token … WHERE key = $1 FOR SHARE`. */
   lockedReadSql: string;
@@ -170,7 +171,7 @@ export function createTransaction(options: PostgresTransactionOptions, context: 
             const { key, token, ttlMs } = completion;
             let rows;
             try {
-              ({ rows } = await statement(context.completeSql, context.completeValues(context.hash(key), token, response, ttlMs), 'the completion'));
+              ({ rows } = await statement(context.completeSql, context.completeValues(key, token, response, ttlMs), 'the completion'));
             } catch (error) {
               if (sqlState(error) === '25P02') {
                 throw new Error(

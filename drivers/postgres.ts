@@ -11,7 +11,7 @@
 import { createHash } from 'node:crypto';
 import type { Keyv } from 'keyv';
 import type KeyvPostgres from '@keyv/postgres';
-import type { IdempotencyStore, StoredResponse } from '../src/store.js';
+import { decodeRecord, type IdempotencyRecord, type IdempotencyStore, type SettleListener, type StoredResponse } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import type { TransactionalStore } from '../src/transaction.js';
@@ -104,6 +104,17 @@ interface PgPool {
 }
 interface PgModule {
   Pool: new (config: Record<string, unknown>) => PgPool;
+  Client: new (config: Record<string, unknown>) => PgClient;
+}
+/** The dedicated LISTEN connection. */
+interface PgClient {
+  connect(): Promise<unknown>;
+  query(text: string): Promise<unknown>;
+  end(): Promise<void>;
+  on(event: 'notification', listener: (message: { channel: string; payload?: string }) => void): unknown;
+  on(event: 'error' | 'end', listener: (error?: Error) => void): unknown;
+  /** pg's socket, unref'd so that the listener never keeps a process alive. */
+  connection?: { stream?: { unref?: () => unknown } };
 }
 
 type Row = SqlRow & { claimed?: boolean; n?: number };
@@ -131,6 +142,8 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   let end: (() => Promise<void>) | undefined;
   // Where a transaction takes its connection: the store's own pool or the application's.
   let connect: (() => Promise<PostgresClient>) | undefined;
+  // How to open the LISTEN connection: the pool's settings, one connection of its own.
+  let listenConfig: Record<string, unknown> | undefined;
   if (options.pool !== undefined) {
     const pool = options.pool;
     if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function' || typeof pool.query !== 'function') {
@@ -138,6 +151,8 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     }
     query = async (text, values, name) => (await pool.query({ text, values, ...(name ? { name } : {}) })).rows as Row[];
     connect = () => pool.connect();
+    const settings = (pool as { options?: Record<string, unknown> }).options;
+    if (settings && typeof settings === 'object') listenConfig = { ...settings };
   } else if (options.url !== undefined) {
     assertDriverUrl(postgresDriver, options.url, 'postgres://user@127.0.0.1:5432/app');
     const url = options.url;
@@ -163,13 +178,19 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     };
     // Named statements are parsed and planned once per connection.
     query = async (text, values, name) => (await open().query({ text, values, ...(name ? { name } : {}) })).rows;
+    listenConfig = { connectionString: url };
     connect = () => open().connect();
     end = async () => {
       await pool?.end();
     };
   } else {
-    const adapter = adapterFrom<KeyvPostgres>(options, postgresDriver.adapter!.is, '@keyv/postgres', 'new KeyvPostgres({ uri })');
+    const adapter = adapterFrom<KeyvPostgres>(options, postgresDriver.adapter!);
     query = (text, values) => (adapter.query as (sql: string, values: unknown[]) => Promise<Row[]>)(text, values);
+    const { uri, table: _table, keySize: _keySize, schema: _schema, dialect: _dialect, iterationLimit: _limit, useUnloggedTable: _unlogged, ...pool } =
+      (adapter.opts ?? {}) as Record<string, unknown>;
+    if (typeof uri === 'string' || typeof pool.connectionString === 'string' || typeof pool.host === 'string') {
+      listenConfig = { ...pool, ...(typeof uri === 'string' ? { connectionString: uri } : {}) };
+    }
   }
   const run: Query = (text, values, name) => withTimeout(query(text, values, name), timeoutMs, `idempotency-kit: PostgreSQL did not answer within ${timeoutMs} ms`);
 
@@ -224,10 +245,24 @@ SELECT false, ${COLUMNS} FROM ${quoted}
 WHERE key = $1 AND expires_at > ${NOW} AND NOT EXISTS (SELECT 1 FROM claimed)`;
   const GET = `SELECT ${COLUMNS} FROM ${quoted} WHERE key = $1 AND expires_at > ${NOW}`;
   const OWNED = `key = $1 AND token = $2 AND state = 'processing' AND expires_at > ${NOW}`;
-  const COMPLETE = `UPDATE ${quoted}
-SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
-WHERE ${OWNED} RETURNING 1 AS n`;
-  const RELEASE = `DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n`;
+  // Completes and releases that took effect notify waiters in other processes in the same
+  // statement (delivered on commit): channel per table, payload the storage key (hashed).
+  const channel = `idempotency_kit_${createHash('sha1').update(table).digest('hex').slice(0, 16)}`;
+  // The notification carries the completed record when it fits a payload (waiters then
+  // need no read), the key alone otherwise; encodeRecord()'s JSON shape.
+  const COMPLETE = `WITH done AS (
+  UPDATE ${quoted}
+  SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
+  WHERE ${OWNED} RETURNING fingerprint, token, created_at, expires_at
+), wake AS (
+  SELECT json_build_object('k', $7::text, 'r', json_build_object(
+    's', 'c', 'f', fingerprint, 't', token, 'c', created_at, 'e', expires_at,
+    'r', json_build_object('s', $4::integer, 'h', $5::jsonb, 'b', translate(encode($6::bytea, 'base64'), E'\\n', ''))
+  ))::text AS payload FROM done
+)
+SELECT 1 AS n, pg_notify('${channel}', CASE WHEN octet_length(payload) <= 7900 THEN payload ELSE json_build_object('k', $7::text)::text END) FROM wake`;
+  const RELEASE = `WITH done AS (DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n)
+SELECT n, pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) FROM done`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint WHERE ${OWNED} RETURNING 1 AS n`;
   // SKIP LOCKED: sweeps on several hosts never wait on each other or on a claim; the
   // outer condition re-checks each row, so a row taken over meanwhile is kept (S3).
@@ -254,15 +289,18 @@ SELECT count(*)::int AS n FROM swept`;
   };
   const exec = run;
   const changed = async (text: string, values: unknown[], op: string) => (await exec(text, values, statement(op))).length === 1;
-  const completeValues = (k: string, token: string, response: StoredResponse, ttlMs: number) => [
-    k,
+  // For the transaction path: `key` as the store's methods receive it (not hashed).
+  const completeValues = (key: string, token: string, response: StoredResponse, ttlMs: number) => [
+    sqlKey(key),
     token,
     ttlMs,
     response.status,
     JSON.stringify(response.headers),
     bodyBuffer(response.body),
+    notifyPayload(key),
   ];
 
+  const feed = listenConfig ? listenFeed(listenConfig, channel, timeoutMs) : undefined;
   const store = sqlStore(
     {
       name: 'postgres',
@@ -279,8 +317,12 @@ SELECT count(*)::int AS n FROM swept`;
         return row;
       },
       complete: (key, token, completion) =>
-        changed(COMPLETE, [key, token, completion.ttlMs, completion.status, completion.headers, completion.body], 'complete'),
-      release: (key, token) => changed(RELEASE, [key, token], 'release'),
+        changed(
+          COMPLETE,
+          [key, token, completion.ttlMs, completion.status, completion.headers, completion.body, notifyPayload(completion.storageKey)],
+          'complete',
+        ),
+      release: (key, token, storageKey) => changed(RELEASE, [key, token, notifyPayload(storageKey)], 'release'),
       extend: (key, token, leaseMs) => changed(EXTEND, [key, token, leaseMs], 'extend'),
       async sweep(limit) {
         const [row] = await exec(SWEEP, [limit], statement('sweep'));
@@ -288,8 +330,10 @@ SELECT count(*)::int AS n FROM swept`;
       },
       close: async () => {
         closed = true;
+        await feed?.close();
         await end?.();
       },
+      ...(feed ? { subscribe: feed.subscribe } : {}),
     },
     { sweepIntervalMs, sweepBatchSize },
   );
@@ -312,4 +356,134 @@ SELECT count(*)::int AS n FROM swept`;
       })
     : undefined;
   return transaction ? Object.assign(store, { transaction }) : store;
+}
+
+/**
+ * A NOTIFY payload is text under 8000 bytes: the engine's keys (base64url) go as they are,
+ * any other key base64url-encoded behind `~`, and a key too long for a payload goes empty
+ * (its waiters fall back to the safety poll; a complete never fails for a notification).
+ */
+function notifyPayload(key: string): string {
+  if (/^[A-Za-z0-9_-]{1,1000}$/.test(key)) return key;
+  const encoded = `~${Buffer.from(key, 'utf8').toString('base64url')}`;
+  return encoded.length <= 7000 ? encoded : '';
+}
+
+function keyOfPayload(payload: string): string | undefined {
+  if (!payload) return undefined;
+  return payload.startsWith('~') ? Buffer.from(payload.slice(1), 'base64url').toString('utf8') : payload;
+}
+
+/** A notification: `{"k": key payload, "r"?: record JSON | null}`; undefined when unreadable. */
+function parseWake(payload: string | undefined): { key: string; record: IdempotencyRecord | null | undefined } | undefined {
+  let parsed: { k?: unknown; r?: unknown };
+  try {
+    parsed = JSON.parse(payload ?? '') as { k?: unknown; r?: unknown };
+  } catch {
+    return undefined;
+  }
+  const key = typeof parsed.k === 'string' ? keyOfPayload(parsed.k) : undefined;
+  if (key === undefined) return undefined;
+  const { r } = parsed;
+  if (r === null || r === undefined) return { key, record: r };
+  try {
+    return { key, record: decodeRecord(JSON.stringify(r)) };
+  } catch {
+    return { key, record: undefined }; // the waiter reads it
+  }
+}
+
+/**
+ * Wake-ups for waiting duplicates: ONE dedicated connection per store, opened on the first
+ * `subscribe`, runs `LISTEN` (the pool's connections never hold it, so a pooled connection
+ * is never pinned). It reconnects with backoff when dropped; a failure here only makes
+ * waiters poll, it never fails a request. Its socket is unref'd.
+ */
+function listenFeed(
+  config: Record<string, unknown>,
+  channel: string,
+  timeoutMs: number,
+): { subscribe: (listener: SettleListener) => () => void; close: () => Promise<void> } {
+  const listeners = new Set<SettleListener>();
+  let connection: PgClient | undefined;
+  let live = false;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let attempt = 0;
+  const setLive = (value: boolean) => {
+    if (live === value) return;
+    live = value;
+    for (const listener of listeners) {
+      try {
+        if (value) listener.ready();
+        else listener.down();
+      } catch {
+        // a listener's bug must not stop the feed
+      }
+    }
+  };
+  const start = () => {
+    if (closed || connection || retry) return;
+    let client: PgClient;
+    try {
+      client = new (requireVia<PgModule>('postgres', postgresDriver.packages, '@keyv/postgres', 'pg').Client)({
+        ...config,
+        connectionTimeoutMillis: timeoutMs,
+        keepAlive: true,
+        application_name: 'idempotency-kit-listen',
+      });
+    } catch {
+      return; // no usable pg: waiters poll
+    }
+    connection = client;
+    const drop = () => {
+      if (connection !== client) return;
+      connection = undefined;
+      setLive(false);
+      client.end().catch(() => undefined);
+      if (closed) return;
+      retry = setTimeout(() => {
+        retry = undefined;
+        start();
+      }, Math.min(100 * 2 ** attempt++, 5000));
+      retry.unref();
+    };
+    client.on('error', drop);
+    client.on('end', drop);
+    client.on('notification', (message) => {
+      const wake = message.channel === channel ? parseWake(message.payload) : undefined;
+      if (wake) for (const listener of listeners) listener.settled(wake.key, wake.record);
+    });
+    void (async () => {
+      try {
+        await withTimeout(client.connect(), timeoutMs, `idempotency-kit: PostgreSQL LISTEN connection not open within ${timeoutMs} ms`);
+        await withTimeout(client.query(`LISTEN "${channel}"`), timeoutMs, `idempotency-kit: PostgreSQL LISTEN not answered within ${timeoutMs} ms`);
+        if (connection !== client) return;
+        client.connection?.stream?.unref?.();
+        attempt = 0;
+        setLive(true);
+      } catch {
+        drop();
+      }
+    })();
+  };
+  return {
+    subscribe(listener) {
+      listeners.add(listener);
+      start();
+      if (live) queueMicrotask(() => listeners.has(listener) && listener.ready());
+      return () => {
+        listeners.delete(listener);
+      };
+    },
+    async close() {
+      closed = true;
+      if (retry) clearTimeout(retry);
+      setLive(false);
+      listeners.clear();
+      const client = connection;
+      connection = undefined;
+      await client?.end().catch(() => undefined);
+    },
+  };
 }

@@ -18,6 +18,7 @@ import {
   type IdempotencyRecord,
   type IdempotencyStore,
   type ProcessingRecord,
+  type SettleListener,
   type StoredResponse,
 } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
@@ -93,6 +94,17 @@ interface ScriptClient {
   unref?(): unknown;
   /** Plain client: `(args)`; cluster: `(firstKey, isReadonly, args)`; sentinel: `(isReadonly, args)`. */
   sendCommand(...args: unknown[]): Promise<unknown>;
+  /** A new client with the same options (plain, cluster or sentinel): the wake-up subscriber. */
+  duplicate?(): SubscriberClient;
+}
+
+/** The parts of a duplicated client the wake-up subscriber uses. */
+interface SubscriberClient {
+  connect(): Promise<unknown>;
+  subscribe(channel: string, listener: (message: string) => void): Promise<unknown>;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  destroy?(): unknown;
+  unref?(): unknown;
 }
 
 class Script {
@@ -101,6 +113,9 @@ class Script {
     this.sha = createHash('sha1').update(source).digest('hex');
   }
 }
+
+/** Completed records up to this size travel with their wake-up message. */
+const WAKE_RECORD_MAX_BYTES = 8192;
 
 // Every script reads and writes KEYS[1] only, so it runs on any Cluster node owning the slot.
 // Record values are the JSON of encodeRecord() (src/store.ts); the scripts read `s`
@@ -123,16 +138,26 @@ local record = cjson.decode(current)
 if record.s ~= 'p' or record.t ~= ARGV[1] then return 0 end
 `;
 
-/** ARGV: token, response JSON, expiresAt, ttlMs. */
+/**
+ * ARGV: token, response JSON, expiresAt, ttlMs, wake-up channel, storage key.
+ * The wake-up carries the completed record when it is small (waiters then need no read).
+ */
 const COMPLETE = new Script(`${OWNED}
-redis.call('SET', KEYS[1], '{"s":"c","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
-  .. ',"c":' .. string.format('%.0f', record.c) .. ',"e":' .. ARGV[3] .. ',"r":' .. ARGV[2] .. '}', 'PX', ARGV[4])
+local value = '{"s":"c","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
+  .. ',"c":' .. string.format('%.0f', record.c) .. ',"e":' .. ARGV[3] .. ',"r":' .. ARGV[2] .. '}'
+redis.call('SET', KEYS[1], value, 'PX', ARGV[4])
+if #value <= ${WAKE_RECORD_MAX_BYTES} then
+  redis.call('PUBLISH', ARGV[5], '{"k":' .. cjson.encode(ARGV[6]) .. ',"r":' .. value .. '}')
+else
+  redis.call('PUBLISH', ARGV[5], '{"k":' .. cjson.encode(ARGV[6]) .. '}')
+end
 return 1
 `);
 
-/** ARGV: token. */
+/** ARGV: token, wake-up channel, storage key. */
 const RELEASE = new Script(`${OWNED}
 redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], '{"k":' .. cjson.encode(ARGV[3]) .. ',"r":null}')
 return 1
 `);
 
@@ -236,11 +261,23 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     // The adapter re-emits client errors; the store reports them through its calls.
     adapter.on('error', () => undefined);
   } else {
-    adapter = adapterFrom(options, redisDriver.adapter!.is, '@keyv/redis', 'new KeyvRedis(url)');
+    adapter = adapterFrom(options, redisDriver.adapter!);
   }
 
   const client = adapter.client as unknown as ScriptClient;
   const prefix = `${namespace}:`;
+  // Completes and releases publish the (already hashed) storage key here, in their script.
+  const channel = `${namespace}:settled`;
+  // A sentinel client keeps its own pub/sub connection to the primary: it subscribes itself.
+  const sentinelSubscriber = (): SubscriberClient => {
+    const shared = client as unknown as SubscriberClient;
+    return {
+      connect: () => ready(),
+      subscribe: (name, listener) => shared.subscribe(name, listener),
+      on: () => undefined, // the store's own listeners watch this client
+    };
+  };
+  const feed = settleFeed(client, channel, timeoutMs, adapter.isSentinel() ? sentinelSubscriber : undefined);
   // The engine already hands the store a hash of (scope, key); Redis keys are binary-safe.
   const redisKey = (key: string) => prefix + key;
 
@@ -385,7 +422,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
         } catch (error) {
           // Fail closed: the handler must not run on a claim a failover could lose. Free the
           // key (best effort) so a retry is not held off until the lease ends.
-          await evalScript(RELEASE, id, [request.token]).catch(() => undefined);
+          await evalScript(RELEASE, id, [request.token, channel, key]).catch(() => undefined);
           throw error;
         }
         return { claimed: true, record };
@@ -402,14 +439,14 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
       const expiresAt = Date.now() + ttlMs;
       const id = redisKey(key);
-      const reply = await evalScript(COMPLETE, id, [token, responseJson(response), String(expiresAt), String(ttlMs)]);
+      const reply = await evalScript(COMPLETE, id, [token, responseJson(response), String(expiresAt), String(ttlMs), channel, key]);
       // Stored on the primary either way; a rejection here reports a completion that a
       // failover could still lose (a retry would then run again).
       if (reply === 1) await waitForReplicas(id, 'completion');
       return reply === 1;
     },
     async release(key: string, token: string) {
-      return (await evalScript(RELEASE, redisKey(key), [token])) === 1;
+      return (await evalScript(RELEASE, redisKey(key), [token, channel, key])) === 1;
     },
     async extend(key: string, token: string, leaseMs: number) {
       const leaseUntil = Date.now() + leaseMs;
@@ -420,9 +457,11 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       if (extended) await waitForReplicas(id, 'lease extension');
       return extended;
     },
+    ...(feed ? { subscribe: feed.subscribe } : {}),
     async close() {
       if (closed) return;
       closed = true;
+      feed?.close();
       client.off('error', onError);
       client.off('ready', onReady);
       if (!owned || !client.isOpen) return;
@@ -437,6 +476,137 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       } catch {
         client.unref?.(); // a server that stopped answering must not keep the process alive
       }
+    },
+  };
+}
+
+/** A wake-up message: `{"k": key, "r"?: record JSON | null}`; undefined when unreadable. */
+function parseWake(message: string): { key: string; record: IdempotencyRecord | null | undefined } | undefined {
+  let parsed: { k?: unknown; r?: unknown };
+  try {
+    parsed = JSON.parse(message) as { k?: unknown; r?: unknown };
+  } catch {
+    return undefined;
+  }
+  const { k, r } = parsed;
+  if (typeof k !== 'string') return undefined;
+  if (r === null || r === undefined) return { key: k, record: r };
+  try {
+    return { key: k, record: decodeRecord(JSON.stringify(r)) };
+  } catch {
+    return { key: k, record: undefined }; // the waiter reads it
+  }
+}
+
+/**
+ * Wake-ups for waiting duplicates: ONE subscriber connection per store (a duplicate of the
+ * store's client, so plain, sentinel and cluster clients all work), opened on the first
+ * `subscribe`, unref'd so that it never keeps a process alive. It reconnects on its own;
+ * a failure here only makes waiters poll, it never fails a request. On a cluster the
+ * channel is a classic (not sharded) one: every message reaches every node.
+ */
+function settleFeed(
+  client: ScriptClient,
+  channel: string,
+  timeoutMs: number,
+  sharedSubscriber: (() => SubscriberClient) | undefined,
+): { subscribe: (listener: SettleListener) => () => void; close: () => void } | undefined {
+  const open = sharedSubscriber ?? (typeof client.duplicate === 'function' ? () => client.duplicate!() : undefined);
+  if (!open) return undefined;
+  // Cluster and sentinel clients emit no 'ready' after a reconnect: their errors do not
+  // stop the feed (node-redis resubscribes), the safety poll covers a gap.
+  const cluster = client.isReady === undefined || sharedSubscriber !== undefined;
+  const listeners = new Set<SettleListener>();
+  let subscriber: SubscriberClient | undefined;
+  let live = false;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let attempt = 0;
+  const setLive = (value: boolean) => {
+    if (live === value) return;
+    live = value;
+    for (const listener of listeners) {
+      try {
+        if (value) listener.ready();
+        else listener.down();
+      } catch {
+        // a listener's bug must not stop the feed
+      }
+    }
+  };
+  const retryLater = () => {
+    if (closed || retry) return;
+    retry = setTimeout(() => {
+      retry = undefined;
+      start();
+    }, Math.min(100 * 2 ** attempt++, 5000));
+    retry.unref();
+  };
+  const start = () => {
+    if (closed || subscriber) return;
+    let sub: SubscriberClient;
+    try {
+      sub = open();
+    } catch {
+      return; // cannot duplicate: waiters poll
+    }
+    subscriber = sub;
+    let subscribed = false;
+    const drop = () => {
+      setLive(false);
+      // Given up by its reconnect strategy (or never connected): start over with a fresh one.
+      if (subscriber === sub && !closed) {
+        subscriber = undefined;
+        sub.destroy?.();
+        retryLater();
+      }
+    };
+    sub.on('error', () => {
+      if (!cluster) setLive(false);
+    });
+    // node-redis re-sends SUBSCRIBE before it reports `ready` after a reconnect.
+    sub.on('ready', () => {
+      if (subscribed) setLive(true);
+    });
+    sub.on('end', () => {
+      if (!closed) drop();
+    });
+    void (async () => {
+      try {
+        await withTimeout(sub.connect(), timeoutMs, timedOut('subscriber connect', timeoutMs));
+        await withTimeout(
+          sub.subscribe(channel, (message) => {
+            const wake = parseWake(message);
+            if (wake) for (const listener of listeners) listener.settled(wake.key, wake.record);
+          }),
+          timeoutMs,
+          timedOut('SUBSCRIBE', timeoutMs),
+        );
+        sub.unref?.();
+        subscribed = true;
+        attempt = 0;
+        setLive(true);
+      } catch {
+        drop();
+      }
+    })();
+  };
+  return {
+    subscribe(listener) {
+      listeners.add(listener);
+      start();
+      if (live) queueMicrotask(() => listeners.has(listener) && listener.ready());
+      return () => {
+        listeners.delete(listener);
+      };
+    },
+    close() {
+      closed = true;
+      if (retry) clearTimeout(retry);
+      setLive(false);
+      listeners.clear();
+      subscriber?.destroy?.();
+      subscriber = undefined;
     },
   };
 }

@@ -34,6 +34,8 @@ export interface SqlCompletion {
   /** NULL marks "completed without a replayable body". */
   body: Buffer | null;
   ttlMs: number;
+  /** The key as the store's methods received it (not hashed), for wake-up messages. */
+  storageKey: string;
 }
 
 /**
@@ -54,12 +56,15 @@ export interface SqlDialect {
   get(key: string): Promise<SqlRow | undefined>;
   /** Compare-and-set by token on a live processing row; whether it changed. */
   complete(key: string, token: string, completion: SqlCompletion): Promise<boolean>;
-  release(key: string, token: string): Promise<boolean>;
+  /** `storageKey`: the key as the store's methods received it, for wake-up messages. */
+  release(key: string, token: string, storageKey: string): Promise<boolean>;
   extend(key: string, token: string, leaseMs: number): Promise<boolean>;
   /** Delete up to `limit` expired rows (never one that is live again); how many went. */
   sweep(limit: number): Promise<number>;
   /** Close what the dialect opened itself. */
   close(): Promise<void>;
+  /** Optional wake-ups for waiting duplicates (see `IdempotencyStore.subscribe`). */
+  subscribe?: IdempotencyStore['subscribe'];
 }
 
 export interface SqlStoreOptions {
@@ -129,11 +134,11 @@ export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): Idempot
       return row ? toRecord(row) : undefined;
     },
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
-      const completion = { status: response.status, headers: JSON.stringify(response.headers), body: bodyBuffer(response.body), ttlMs };
+      const completion = { status: response.status, headers: JSON.stringify(response.headers), body: bodyBuffer(response.body), ttlMs, storageKey: key };
       return run(() => dialect.complete(sqlKey(key), token, completion));
     },
     async release(key: string, token: string) {
-      return run(() => dialect.release(sqlKey(key), token));
+      return run(() => dialect.release(sqlKey(key), token, key));
     },
     async extend(key: string, token: string, leaseMs: number) {
       return run(() => dialect.extend(sqlKey(key), token, leaseMs));
@@ -144,5 +149,6 @@ export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): Idempot
       await sweeper.stop();
       await dialect.close();
     },
+    ...(dialect.subscribe ? { subscribe: dialect.subscribe } : {}),
   };
 }

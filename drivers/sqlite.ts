@@ -99,7 +99,7 @@ export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {
   if (options.url !== undefined) {
     file = sqlitePathFromUrl(options.url);
   } else {
-    adapter = adapterFrom(options, sqliteDriver.adapter!.is, '@keyv/sqlite', 'new KeyvSqlite(url)');
+    adapter = adapterFrom(options, sqliteDriver.adapter!);
   }
   const owned = adapter === undefined;
   const synchronous = options.synchronous ?? 'normal';
@@ -230,6 +230,11 @@ WHERE ${OWNED} RETURNING 1 AS n`;
         return attempt;
       },
       async claim(key, request, leaseMs) {
+        // A key already live is answered by a read, which WAL runs beside the writer: losers
+        // (duplicates) never queue for the write lock that owners need for their completions.
+        // The read is a committed snapshot, so the answer is as atomic as the upsert's (S1).
+        const [live] = await exec(GET, [key, Date.now()]);
+        if (live) return { claimed: false, row: live };
         const now = Date.now();
         const [row] = await exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, now + leaseMs, now]);
         // Lost: the shared shape reads the live record (SQLite is in-process, no round trip).

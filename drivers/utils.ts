@@ -27,7 +27,7 @@ export function parseUrl(text: string): URL | undefined {
 const SQL_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
 /** Whether `value` is a plain SQL identifier, or `schema.table` when `qualified`. */
-export function isSqlTableName(value: unknown, qualified: boolean): value is string {
+function isSqlTableName(value: unknown, qualified: boolean): value is string {
   const parts = typeof value === 'string' ? value.split('.') : [];
   return parts.length >= 1 && parts.length <= (qualified ? 2 : 1) && parts.every((part) => SQL_IDENTIFIER.test(part));
 }
@@ -109,16 +109,14 @@ export function assertOneSource(options: KeyvInputOptions): void {
  */
 export function adapterFrom<T>(
   options: KeyvInputOptions,
-  isAdapter: (value: unknown) => boolean,
-  pkg: string,
-  construct: string,
+  adapter: { pkg: string; construct: string; is(value: unknown): boolean },
 ): T {
   const candidate = options.adapter ?? (options.keyv as { store?: unknown } | undefined)?.store;
-  if (isAdapter(candidate)) return candidate as T;
+  if (adapter.is(candidate)) return candidate as T;
   throw new TypeError(
     options.adapter === undefined
-      ? `Expected \`keyv\` to be a Keyv instance over a ${pkg} adapter (new Keyv(${construct}))`
-      : `Expected \`adapter\` to be a ${pkg} adapter (${construct})`,
+      ? `Expected \`keyv\` to be a Keyv instance over a ${adapter.pkg} adapter (new Keyv(${adapter.construct}))`
+      : `Expected \`adapter\` to be a ${adapter.pkg} adapter (${adapter.construct})`,
   );
 }
 

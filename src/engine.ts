@@ -4,7 +4,6 @@
  * @module
  */
 import { createHash, randomUUID } from 'node:crypto';
-import pRetry from 'p-retry';
 import { decide } from './decide.js';
 import {
   IdempotencyConflictError,
@@ -14,10 +13,11 @@ import {
   StoreUnavailableError,
   isIdempotencyError,
 } from './errors.js';
-import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, StoredResponse } from './store.js';
+import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, ProcessingRecord, StoredResponse } from './store.js';
 import { withTimeout } from './timers.js';
 import { isTransactionalStore, type TransactionOutcome } from './transaction.js';
 import { assertFunction, assertInteger, assertOneOf } from './validate.js';
+import { Flight, TIMED_OUT, waitHub, within, type FlightOutcome, type WaitHub } from './waiting.js';
 
 export type IdempotencyEventType =
   | 'claimed'
@@ -133,7 +133,10 @@ export function storageKey(scope: string | undefined, key: string): string {
     .digest('base64url');
 }
 
-class StillProcessing extends Error {}
+/** When a request's wait ends: set once, when it first learns that the key is in progress. */
+interface WaitClock {
+  deadline: number | undefined;
+}
 
 export type Acquired =
   | { type: 'execute'; lease: Lease }
@@ -151,6 +154,9 @@ export class Lease {
   #timer: NodeJS.Timeout | undefined;
   /** Our own conservative view of when the lease ends: the start of the last successful claim or renewal + leaseMs. */
   #leaseUntil: number;
+  /** Requests of this process waiting on this claim in memory, and the claimed record. */
+  readonly #flight: Flight | undefined;
+  readonly #record: ProcessingRecord | undefined;
 
   constructor(
     private readonly engine: Engine,
@@ -158,9 +164,17 @@ export class Lease {
     readonly scope: string | undefined,
     readonly storageKey: string,
     readonly token: string,
+    flight?: Flight,
+    record?: ProcessingRecord,
   ) {
     const { leaseMs, now } = engine.options;
     this.#leaseUntil = now() + leaseMs;
+    if (flight && record) {
+      this.#flight = flight;
+      this.#record = record;
+      flight.owner = { record, leaseUntil: () => this.#leaseUntil };
+      flight.inProgress(now());
+    }
     // Renew at a third of the lease, so two missed renewals still leave time (H17).
     this.#timer = setInterval(() => void this.#renew(), Math.max(1, Math.floor(leaseMs / 3)));
     this.#timer.unref();
@@ -189,6 +203,7 @@ export class Lease {
   #loseLease(operation: 'extend' | 'complete' | 'release'): void {
     this.#lost = true;
     this.#stop();
+    this.#flight?.end(undefined);
     this.engine.emit({ type: 'lease-lost', key: this.key, scope: this.scope, operation });
   }
 
@@ -204,6 +219,7 @@ export class Lease {
    */
   abandon(): void {
     this.#stop();
+    this.#flight?.end(undefined); // its followers wait on the store from now on
   }
 
   /**
@@ -220,11 +236,14 @@ export class Lease {
     try {
       ok = await this.engine.call('complete', () => store.complete(this.storageKey, this.token, response, ttl));
     } catch (error) {
+      this.#flight?.end(undefined);
       void this.#retryComplete(response);
       throw error;
     }
-    if (ok) this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
-    else this.#loseLease('complete');
+    if (ok) {
+      this.#settleFollowers(response);
+      this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
+    } else this.#loseLease('complete');
     return ok;
   }
 
@@ -251,6 +270,23 @@ export class Lease {
       }
     }
     this.#loseLease('complete');
+  }
+
+  /** The stored record, handed to this process's waiting duplicates as it is stored. */
+  #settleFollowers(response: StoredResponse): void {
+    const flight = this.#flight;
+    const record = this.#record;
+    if (!flight || !record) return;
+    const { ttl, now } = this.engine.options;
+    const completed: CompletedRecord = {
+      state: 'completed',
+      fingerprint: record.fingerprint,
+      token: this.token,
+      createdAt: record.createdAt,
+      expiresAt: now() + ttl,
+      response,
+    };
+    flight.end({ record: completed });
   }
 
   /**
@@ -307,6 +343,8 @@ export class Lease {
     if (outcome.stored) {
       this.#settled = true;
       this.#stop();
+      if (stored) this.#settleFollowers(stored);
+      else this.#flight?.end(undefined);
       this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: stored?.status });
     } else {
       await this.release().catch((error: unknown) =>
@@ -321,7 +359,14 @@ export class Lease {
     this.#settled = true;
     this.#stop();
     if (this.#lost) return false;
-    const ok = await this.engine.call('release', () => this.engine.options.store.release(this.storageKey, this.token));
+    let ok: boolean;
+    try {
+      ok = await this.engine.call('release', () => this.engine.options.store.release(this.storageKey, this.token));
+    } catch (error) {
+      this.#flight?.end(undefined);
+      throw error;
+    }
+    if (ok) this.#flight?.end({ record: undefined });
     if (ok) this.engine.emit({ type: 'released', key: this.key, scope: this.scope, status });
     else this.#loseLease('release');
     return ok;
@@ -356,90 +401,190 @@ export class Engine {
   /**
    * Claim the key, or find what to do instead: replay, or throw a typed error
    * (mismatch, conflict after waiting, not replayable, store unavailable).
+   * A duplicate waits as docs/semantics.md#how-a-duplicate-waits says: on a request of this
+   * process in memory, else on the store's wake-ups (or polls).
    */
   async acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
-    const { store, leaseMs, now, wait } = this.options;
+    const { store } = this.options;
     const skey = storageKey(scope, key);
-    const deadline = now() + wait;
-    for (;;) {
-      const token = randomUUID();
-      let result;
-      try {
-        result = await this.call('claim', () => store.claim(skey, { fingerprint, token, createdAt: now() }, leaseMs));
-      } catch (error) {
-        this.emit({ type: 'store-error', key, scope, operation: 'claim', error });
-        // A claim that timed out may still reach the store later (a paused or slow server
-        // runs queued commands when it resumes): without this, that orphan claim would
-        // answer the client's retry with 409 for a whole lease. Best effort, fenced by
-        // this token, so it can only remove our own claim.
-        void this.call('release', () => store.release(skey, token)).catch(() => undefined);
-        throw error;
+    // The wait runs from the moment this request learns that the key is in progress.
+    const wait: WaitClock = { deadline: undefined };
+    const hub = waitHub(store);
+    // The flight this call leads: other requests of this process for the key follow it.
+    let mine: Flight | undefined;
+    try {
+      for (;;) {
+        const local = hub.flights.get(skey);
+        if (local && local !== mine) {
+          const outcome = await this.#follow(local, key, scope, fingerprint, wait);
+          if (outcome) {
+            const next = this.#decided(outcome.record, key, scope, fingerprint);
+            if (next === 'claim') continue;
+            if (next !== 'wait') return next;
+          }
+        }
+        if (!mine && !hub.flights.has(skey)) mine = new Flight(hub.flights, skey, fingerprint);
+        const acquired = await this.#claim(hub, key, scope, skey, fingerprint, wait, mine);
+        if (acquired === 'claim') continue; // released or expired while we waited: claim again
+        if (acquired.type === 'execute') mine = undefined; // the lease now ends the flight
+        else mine?.end({ record: acquired.record });
+        return acquired;
       }
-      if (result.claimed) {
-        this.emit({ type: 'claimed', key, scope });
-        return { type: 'execute', lease: new Lease(this, key, scope, skey, token) };
-      }
-      let record: IdempotencyRecord | undefined = result.record;
-      let decision = decide(record, fingerprint, now());
-      // The store refused the claim, so the record is live by the store's clock even if
-      // ours disagrees: wait rather than spin on claims.
-      if (decision === 'execute') decision = 'wait';
-      if (decision === 'wait') {
-        record = await this.#poll(key, scope, skey, fingerprint, deadline - now());
-        decision = decide(record, fingerprint, now());
-      }
-      switch (decision) {
-        case 'execute':
-          continue; // released or expired while we waited: claim again
-        case 'replay':
-          this.emit({ type: 'replayed', key, scope, status: (record as CompletedRecord).response.status });
-          return { type: 'replay', record: record as CompletedRecord };
-        case 'mismatch':
-          this.emit({ type: 'mismatch', key, scope });
-          throw new IdempotencyMismatchError();
-        case 'not-replayable':
-          this.emit({ type: 'not-replayable', key, scope });
-          throw new ResponseNotReplayableError();
-        case 'wait':
-          throw new Error('unreachable');
-      }
+    } catch (error) {
+      // Mismatch and not-replayable ended it with the record already; anything else taught nothing.
+      mine?.end(undefined);
+      throw error;
     }
   }
 
-  /** H8: poll with backoff until the record settles; 409 when `remainingMs` runs out. */
-  async #poll(
+  /** One claim in the store, then (if it is held elsewhere) the wait for it to settle. */
+  async #claim(
+    hub: WaitHub,
     key: string,
     scope: string | undefined,
     skey: string,
     fingerprint: string,
-    remainingMs: number,
-  ): Promise<IdempotencyRecord | undefined> {
-    const conflict = () => {
-      this.emit({ type: 'conflict', key, scope });
-      return new IdempotencyConflictError(1);
-    };
-    if (remainingMs <= 0) throw conflict();
+    wait: WaitClock,
+    flight: Flight | undefined,
+  ): Promise<Acquired | 'claim'> {
+    const { store, leaseMs, now } = this.options;
+    const mark = hub.mark();
+    const token = randomUUID();
+    let result;
     try {
-      return await pRetry(
-        async () => {
-          const record = await this.call('get', () => this.options.store.get(skey));
-          if (record?.state === 'processing' && record.fingerprint === fingerprint) throw new StillProcessing();
-          return record;
-        },
-        {
-          retries: 10_000,
-          minTimeout: 10,
-          factor: 1.6,
-          maxTimeout: 250,
-          randomize: true,
-          maxRetryTime: remainingMs,
-          shouldRetry: ({ error }) => error instanceof StillProcessing,
-        },
-      );
+      result = await this.call('claim', () => store.claim(skey, { fingerprint, token, createdAt: now() }, leaseMs));
     } catch (error) {
-      if (error instanceof StillProcessing) throw conflict();
+      this.emit({ type: 'store-error', key, scope, operation: 'claim', error });
+      // A claim that timed out may still reach the store later (a paused or slow server
+      // runs queued commands when it resumes): without this, that orphan claim would
+      // answer the client's retry with 409 for a whole lease. Best effort, fenced by
+      // this token, so it can only remove our own claim.
+      void this.call('release', () => store.release(skey, token)).catch(() => undefined);
+      throw error;
+    }
+    if (result.claimed) {
+      this.emit({ type: 'claimed', key, scope });
+      return { type: 'execute', lease: new Lease(this, key, scope, skey, token, flight, result.record) };
+    }
+    let record: IdempotencyRecord | undefined = result.record;
+    let next = this.#decided(record, key, scope, fingerprint, flight);
+    // The store refused the claim, so the record is live by the store's clock even if
+    // ours disagrees: wait rather than spin on claims.
+    if (next === 'claim' || next === 'wait') {
+      const foundAt = now();
+      flight?.inProgress(foundAt);
+      wait.deadline ??= foundAt + this.options.wait;
+      record = await this.#waitInStore(hub, key, scope, skey, fingerprint, record, wait.deadline, mark);
+      next = this.#decided(record, key, scope, fingerprint, flight);
+      if (next === 'wait') throw new Error('unreachable: the wait returned a record still processing');
+    }
+    return next;
+  }
+
+  /**
+   * What a settled record means for this request: a replay, a claim to try, a wait, or a
+   * thrown mismatch / not-replayable (ending `flight` with the record, for its followers).
+   */
+  #decided(
+    record: IdempotencyRecord | undefined,
+    key: string,
+    scope: string | undefined,
+    fingerprint: string,
+    flight?: Flight,
+  ): Acquired | 'claim' | 'wait' {
+    switch (decide(record, fingerprint, this.options.now())) {
+      case 'execute':
+        return 'claim';
+      case 'wait':
+        return 'wait';
+      case 'replay':
+        this.emit({ type: 'replayed', key, scope, status: (record as CompletedRecord).response.status });
+        return { type: 'replay', record: record as CompletedRecord };
+      case 'mismatch':
+        flight?.end({ record });
+        this.emit({ type: 'mismatch', key, scope });
+        throw new IdempotencyMismatchError();
+      case 'not-replayable':
+        flight?.end({ record });
+        this.emit({ type: 'not-replayable', key, scope });
+        throw new ResponseNotReplayableError();
+    }
+  }
+
+  #conflict(key: string, scope: string | undefined): IdempotencyConflictError {
+    this.emit({ type: 'conflict', key, scope });
+    return new IdempotencyConflictError(1);
+  }
+
+  /**
+   * Wait in memory for a request of this process that handles the same key: no store call.
+   * Resolves with what it learned, or `undefined` to ask the store instead (a different
+   * request still claiming, an owner that stopped renewing, nothing learned).
+   */
+  async #follow(flight: Flight, key: string, scope: string | undefined, fingerprint: string, wait: WaitClock): Promise<FlightOutcome> {
+    const { now } = this.options;
+    const arrived = now();
+    for (;;) {
+      if (flight.ended) return flight.done;
+      const owner = flight.owner;
+      if (owner && owner.leaseUntil() <= now()) {
+        // Its renewals stopped (a paused or failing owner): the key frees like a crashed one's.
+        flight.end(undefined);
+        return undefined;
+      }
+      // A different request in the same key: the store's record decides (mismatch), as ever.
+      if (owner && owner.record.fingerprint !== fingerprint) return { record: owner.record };
+      if (!owner && flight.fingerprint !== fingerprint) return undefined;
+      if (flight.inProgressSince === undefined) {
+        // Its claim is on the way (bounded by storeTimeoutMs): its answer is ours too.
+        await flight.news;
+        continue;
+      }
+      wait.deadline ??= Math.max(flight.inProgressSince, arrived) + this.options.wait;
+      const remaining = wait.deadline - now();
+      if (remaining <= 0) {
+        if (owner) throw this.#conflict(key, scope);
+        // The leader is waiting in the store with (about) the same deadline: its last look
+        // is ours too, as a waiter's own last read at its deadline would be. Bounded like
+        // one store call.
+        const outcome = await within(flight.done, this.options.storeTimeoutMs);
+        if (outcome === TIMED_OUT || outcome === undefined) throw this.#conflict(key, scope);
+        return outcome;
+      }
+      const outcome = await within(flight.done, owner ? Math.min(remaining, owner.leaseUntil() - now() + 1) : remaining);
+      if (outcome !== TIMED_OUT) return outcome;
+    }
+  }
+
+  /** H8: wait in the store until the record settles; 409 when the deadline passes. */
+  async #waitInStore(
+    hub: WaitHub,
+    key: string,
+    scope: string | undefined,
+    skey: string,
+    fingerprint: string,
+    record: IdempotencyRecord | undefined,
+    deadline: number,
+    mark: number,
+  ): Promise<IdempotencyRecord | undefined> {
+    const { store, now } = this.options;
+    if (deadline - now() <= 0) throw this.#conflict(key, scope);
+    let found;
+    try {
+      found = await hub.waitForSettle({
+        key: skey,
+        fingerprint,
+        leaseUntil: record?.state === 'processing' ? record.leaseUntil : undefined,
+        deadline,
+        mark,
+        now,
+        read: () => this.call('get', () => store.get(skey)),
+      });
+    } catch (error) {
       this.emit({ type: 'store-error', key, scope, operation: 'get', error });
       throw error;
     }
+    if (found === TIMED_OUT) throw this.#conflict(key, scope);
+    return found;
   }
 }

@@ -71,6 +71,40 @@ export interface IdempotencyStore {
   extend(key: string, token: string, leaseMs: number): Promise<boolean>;
   /** Stop timers and close connections the store opened itself. */
   close(): Promise<void>;
+  /**
+   * Optional: wake-ups for duplicates waiting in other processes (see
+   * docs/semantics.md#how-a-duplicate-waits). When present, the store tells `listener`
+   * about every record completed or released by any process sharing it, so waiters read
+   * the record once instead of polling. Without it, waiters poll with backoff.
+   *
+   * Contract for store authors:
+   * - `complete` and `release` that took effect publish the key, best in the same atomic
+   *   step as the write (Redis: PUBLISH in the script; PostgreSQL: pg_notify in the
+   *   statement), so that a process dying between the two cannot lose the message.
+   * - Delivery needs its own connection, opened lazily on the first call and shared by
+   *   every listener of the store; `close()` closes it.
+   * - `listener.ready()` once messages published from then on are delivered (again after
+   *   each reconnect); `listener.down()` when delivery stopped (messages may be lost until
+   *   the next `ready()`). A lost subscription reconnects in the background and never
+   *   makes a store call fail.
+   * - `subscribe` itself never throws for a server problem; it returns a function that
+   *   detaches the listener.
+   */
+  subscribe?(listener: SettleListener): () => void;
+}
+
+/** What {@link IdempotencyStore.subscribe} reports. */
+export interface SettleListener {
+  /**
+   * A record was completed or released; `key` as the store's methods receive it. A store
+   * that can send the outcome along cheaply passes `record`: the completed record, or
+   * `null` for a release; waiters then need no read. `undefined`: the waiter reads it.
+   */
+  settled(key: string, record?: IdempotencyRecord | null): void;
+  /** From now on every settle is reported (called again after each reconnect). */
+  ready(): void;
+  /** Delivery stopped: settles may go unreported until the next `ready()`. */
+  down(): void;
 }
 
 /** Plain JSON form of a record, shared by the drivers that store text. */

@@ -110,7 +110,7 @@ export function toHttpResponse(response: TransactionResponse): HttpResponse {
  * and the one every retry with the same key replays.
  *
  * `req` is what the handler got from its framework: Express and Node `req`, Fastify
- * `request`, Koa `ctx`. The store must run transactions (`postgresStore({ url })` or
+ * `request`, Koa `ctx`, Hono `c`, the fetch adapter's `Request`. The store must run transactions (`postgresStore({ url })` or
  * `postgresStore({ pool })`).
  *
  * - `work` throws: rolled back, the key is released (a retry runs again), the error is rethrown;

@@ -6,11 +6,11 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { send } from './adapters/client.js';
+import { freePort, untilListening } from './helpers/ports.js';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
@@ -45,33 +45,6 @@ function runnable(code: string): string {
     .replace(/from 'idempotency-kit\/client'/g, `from ${JSON.stringify(join(root, 'client', 'index.ts'))}`)
     .replace(/from 'idempotency-kit\/client\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'client', `${name}.ts`))}`)
     .replace(/from 'idempotency-kit\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'adapters', `${name}.ts`))}`);
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-async function untilListening(port: number, failed: () => string | undefined): Promise<void> {
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    const failure = failed();
-    if (failure !== undefined) throw new Error(`the snippet exited:\n${failure}`);
-    const open = await new Promise<boolean>((resolve) => {
-      const socket = net.connect(port, '127.0.0.1');
-      socket.once('connect', () => (socket.destroy(), resolve(true)));
-      socket.once('error', () => resolve(false));
-    });
-    if (open) return;
-    if (Date.now() > deadline) throw new Error('the snippet did not start listening');
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
 
 describe('README', () => {

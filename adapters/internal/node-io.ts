@@ -8,6 +8,7 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { Readable, Transform } from 'node:stream';
 import { BodyTooLargeError } from '../../src/errors.js';
+import { BodyRecorder } from './body-recorder.js';
 import type { CapturedResponse, HttpClaim, HttpRequestInfo } from '../../src/http.js';
 import type { HttpResponse } from '../../src/problem.js';
 
@@ -189,34 +190,6 @@ function toBytes(chunk: unknown, encoding: unknown): Buffer | undefined {
   if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
   if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
   return undefined;
-}
-
-/**
- * The bytes of a response body as they go out, up to `limit`; past it, nothing is kept and
- * `bytes()` is `null` (completed without a replayable body). One place for the counting
- * that every way of writing a response shares.
- */
-export class BodyRecorder {
-  readonly #chunks: Buffer[] = [];
-  #size = 0;
-  #overflow = false;
-  constructor(private readonly limit: number) {}
-
-  /** Keep a chunk; `copy` when the caller may reuse its buffer after writing it. */
-  add(chunk: Buffer, copy = false): void {
-    if (this.#overflow) return;
-    this.#size += chunk.length;
-    if (this.#size > this.limit) {
-      this.#overflow = true;
-      this.#chunks.length = 0;
-      return;
-    }
-    this.#chunks.push(copy ? Buffer.from(chunk) : chunk);
-  }
-
-  bytes(): Buffer | null {
-    return this.#overflow ? null : Buffer.concat(this.#chunks, this.#size);
-  }
 }
 
 /**

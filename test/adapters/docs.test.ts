@@ -5,10 +5,10 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { freePort, untilListening } from '../helpers/ports.js';
 import { expectProblem, send } from './client.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -28,33 +28,6 @@ function example(adapter: string, heading = '## Example'): string {
   return code
     .replace(/from 'idempotency-kit'/g, `from ${JSON.stringify(join(root, 'src', 'index.ts'))}`)
     .replace(/from 'idempotency-kit\/(\w+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'adapters', `${name}.ts`))}`);
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-async function untilListening(port: number, exited: () => string | undefined): Promise<void> {
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    const failure = exited();
-    if (failure !== undefined) throw new Error(`the example exited:\n${failure}`);
-    const open = await new Promise<boolean>((resolve) => {
-      const socket = net.connect(port, '127.0.0.1');
-      socket.once('connect', () => resolve(true));
-      socket.once('error', () => resolve(false));
-    });
-    if (open) return;
-    if (Date.now() > deadline) throw new Error('the example did not start listening');
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }
 
 const { IDEMPOTENCY_STORE: _ignored, ...inheritedEnv } = process.env;

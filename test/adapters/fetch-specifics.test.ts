@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { withIdempotency } from '../../adapters/fetch.js';
 import { idempotency } from '../../adapters/hono.js';
-import { requestTarget } from '../../adapters/web.js';
+import { requestTarget } from '../../adapters/internal/web-io.js';
 import type { IdempotencyEvent } from '../../src/engine.js';
 
 const post = (path: string, key: string | undefined, body: unknown, headers: Record<string, string> = {}) =>
@@ -112,6 +112,31 @@ describe('fetch adapter specifics', () => {
       } as RequestInit);
     expect(await (await handler(chunked('y'.repeat(64)))).text()).toBe('y'.repeat(64));
     expect((await handler(chunked('y'.repeat(65)))).status).toBe(413);
+  });
+
+  it('H10: a stream that fails before anyone reads it releases the key when read, without an unhandled rejection', async () => {
+    let runs = 0;
+    const handler = withIdempotency(
+      async () => {
+        runs++;
+        const stream = new ReadableStream<Uint8Array>({
+          async pull(controller) {
+            await new Promise((resolve) => setTimeout(resolve, 20));
+            controller.error(new Error('upstream failed'));
+          },
+        });
+        return new Response(stream, { status: 200 });
+      },
+      { store: memoryStore(), scope: 'shared' },
+    );
+    const key = randomUUID();
+    const response = await handler(post('/feed', key, {}));
+    await new Promise((resolve) => setTimeout(resolve, 60)); // the source fails while no one reads
+    await expect(response.text()).rejects.toThrow();
+    const retry = await handler(post('/feed', key, {}));
+    await retry.text().catch(() => undefined);
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(runs).toBe(2);
   });
 
   it('rejects a handler that is not a function', () => {

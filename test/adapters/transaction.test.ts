@@ -10,20 +10,32 @@ import { bodyParser } from '@koa/bodyparser';
 import Router from '@koa/router';
 import express from 'express';
 import Fastify from 'fastify';
+import { createAdaptorServer } from '@hono/node-server';
+import { Hono } from 'hono';
 import Koa from 'koa';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { idempotency as expressIdempotency } from '../../adapters/express.js';
 import { idempotency as fastifyIdempotency } from '../../adapters/fastify.js';
+import { withIdempotency as withFetchIdempotency } from '../../adapters/fetch.js';
+import { idempotency as honoIdempotency } from '../../adapters/hono.js';
 import { idempotency as koaIdempotency } from '../../adapters/koa.js';
 import { withIdempotency, type IdempotentRequest } from '../../adapters/node.js';
 import { postgresStore, type PostgresStore } from '../../drivers/postgres.js';
 import { inTransaction, type TransactionResponse } from '../../src/index.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
 import { send } from './client.js';
+import { fetchServer } from './fetch-server.js';
 
 const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);
-const ADAPTERS = ['node', 'express', 'fastify', 'koa'] as const;
+const ADAPTERS = ['node', 'express', 'fastify', 'koa', 'fetch', 'hono'] as const;
+
+/** The stored response as a fetch `Response` (a header given twice joined, as HTTP allows). */
+const toResponse = (r: { status: number; headers: Record<string, string | string[]>; body: Uint8Array }) =>
+  new Response(r.body.byteLength === 0 ? null : r.body, {
+    status: r.status,
+    headers: Object.fromEntries(Object.entries(r.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : v])),
+  });
 
 interface Order {
   sku?: string;
@@ -102,6 +114,26 @@ describe.skipIf(!available)('inTransaction(req): the response is stored in the h
         app.use(router.routes());
         app.silent = true;
         return listen(http.createServer(app.callback()));
+      }
+      case 'fetch': {
+        // The handler's own Request is what `inTransaction` takes.
+        const handler = withFetchIdempotency(
+          async (request: Request) => {
+            const body = (await request.json()) as Order;
+            return toResponse(await inTransaction<pg.PoolClient>(request, work(request.headers.get('idempotency-key')!, body)));
+          },
+          { store, scope: 'shared' },
+        );
+        return listen(fetchServer(handler));
+      }
+      case 'hono': {
+        const app = new Hono();
+        app.use(honoIdempotency({ store, scope: 'shared' }));
+        app.post('/orders', async (c) =>
+          toResponse(await inTransaction<pg.PoolClient>(c, work(c.req.header('idempotency-key')!, await c.req.json<Order>()))),
+        );
+        app.onError((_error, c) => c.text('Internal Server Error', 500));
+        return listen(createAdaptorServer({ fetch: app.fetch }) as http.Server);
       }
     }
   }

@@ -11,7 +11,7 @@ import type { IdempotencyStore, StoredResponse } from '../../src/store.js';
 
 const response = (status = 201): StoredResponse => ({ status, headers: { location: '/p/1' }, body: new Uint8Array([1, 2, 3]) });
 
-// Fake timers drive the clock, the lease renewal interval and p-retry's backoff: no sleeps.
+// Fake timers drive the clock, the lease renewal interval and the waiters' backoff: no sleeps.
 beforeEach(() => {
   vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date', 'performance'] });
 });

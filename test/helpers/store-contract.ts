@@ -2,11 +2,147 @@
  * The shipped store contract (`idempotency-kit/testing`, testing/store-contract.ts) on
  * vitest, as every driver's test file runs it.
  */
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { IdempotencyRecord, IdempotencyStore, StoredResponse } from '../../src/store.js';
 import { storeContract as contract, type ContractTarget } from '../../testing/store-contract.js';
 
 export type { ContractTarget };
 
 export function storeContract(name: string, target: ContractTarget | undefined): void {
   contract(name, target, { describe, it, expect, beforeAll, afterAll });
+}
+
+const key = () => `settle-${randomUUID()}`;
+const claimOf = (token: string, fingerprint = 'fp-1') => ({ token, fingerprint, createdAt: Date.now() });
+const response = (status = 201, text = 'hello'): StoredResponse => ({
+  status,
+  headers: { 'content-type': 'text/plain', location: '/x/1', link: ['<a>; rel=a', '<b>; rel=b'] },
+  body: new Uint8Array(Buffer.from(text)),
+});
+
+/**
+ * The optional wake-up capability (`subscribe`), for stores that offer it: two store
+ * objects on one backend stand for two processes. A store without `subscribe` skips this.
+ */
+export function settleContract(name: string, create: (() => Promise<IdempotencyStore>) | undefined): void {
+  describe.skipIf(!create)(`wake-up contract: ${name}`, () => {
+    let writer: IdempotencyStore;
+    let reader: IdempotencyStore;
+    const seen: string[] = [];
+    const brought = new Map<string, IdempotencyRecord | null | undefined>();
+    let arrived: (() => void) | undefined;
+    let readyCount = 0;
+    let stop: (() => void) | undefined;
+    /** Resolves once `key` was reported (or rejects after 5 s). */
+    const reported = (k: string) =>
+      new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no wake-up for ${k} within 5 s; seen ${JSON.stringify(seen)}`)), 5000);
+        const check = () => {
+          if (!seen.includes(k)) return;
+          clearTimeout(timer);
+          arrived = undefined;
+          resolve();
+        };
+        arrived = check;
+        check();
+      });
+    beforeAll(async () => {
+      writer = await create!();
+      reader = await create!();
+      expect(typeof reader.subscribe).toBe('function');
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error('subscription not ready within 5 s')), 5000);
+        stop = reader.subscribe!({
+          settled: (k, record) => {
+            seen.push(k);
+            brought.set(k, record);
+            arrived?.();
+          },
+          ready: () => {
+            readyCount++;
+            clearTimeout(timer);
+            resolve();
+          },
+          down: () => {},
+        });
+      });
+    });
+    afterAll(async () => {
+      stop?.();
+      await Promise.all([writer?.close(), reader?.close()]);
+    });
+
+    it('H8: a complete that took effect wakes another store object on the same backend, with the key', async () => {
+      const k = key();
+      await writer.claim(k, claimOf('t1'), 5000);
+      expect(seen).not.toContain(k);
+      expect(await writer.complete(k, 't1', response(), 60_000)).toBe(true);
+      await reported(k);
+      expect(readyCount).toBe(1);
+      // A record sent along must be exactly the stored one (waiters replay it unread).
+      const record = brought.get(k);
+      if (record !== undefined) expect(record).toEqual(await reader.get(k));
+    });
+
+    it('H8: a completed record sent along is exact: no body, empty body, large body', async () => {
+      for (const [i, body] of [null, new Uint8Array(), new Uint8Array(Buffer.alloc(3000, 7))].entries()) {
+        const k = key();
+        await writer.claim(k, claimOf(`t${i}`), 5000);
+        const stored = { status: 200 + i, headers: { 'content-type': 'application/json', link: ['<a>', '<b>'] }, body };
+        expect(await writer.complete(k, `t${i}`, stored, 60_000)).toBe(true);
+        await reported(k);
+        const record = brought.get(k);
+        if (record !== undefined) expect(record).toEqual(await reader.get(k));
+      }
+    });
+
+    it('H8: a release that took effect wakes it too', async () => {
+      const k = key();
+      await writer.claim(k, claimOf('t1'), 5000);
+      expect(await writer.release(k, 't1')).toBe(true);
+      await reported(k);
+      expect([null, undefined]).toContain(brought.get(k));
+    });
+
+    it('S7: any key text comes back exactly as given', async () => {
+      for (const k of [`${key()}ключ\u0000\r\n"'`, `${key()}${'x'.repeat(2000)}`]) {
+        await writer.claim(k, claimOf('t1'), 5000);
+        expect(await writer.release(k, 't1')).toBe(true);
+        await reported(k);
+      }
+    });
+
+    it('H8: a refused complete or release publishes nothing (messages arrive in order)', async () => {
+      const refused = key();
+      const marker = key();
+      await writer.claim(refused, claimOf('owner'), 5000);
+      expect(await writer.complete(refused, 'intruder', response(), 60_000)).toBe(false);
+      expect(await writer.release(refused, 'intruder')).toBe(false);
+      await writer.claim(marker, claimOf('t'), 5000);
+      await writer.release(marker, 't');
+      await reported(marker);
+      expect(seen).not.toContain(refused);
+      await writer.release(refused, 'owner');
+    });
+
+    it('a second listener on the same store gets ready() at once and the same messages; detaching stops them', async () => {
+      const mine: string[] = [];
+      let detach!: () => void;
+      await new Promise<void>((resolve) => {
+        detach = reader.subscribe!({ settled: (k) => mine.push(k), ready: () => resolve(), down: () => {} });
+      });
+      const k = key();
+      await writer.claim(k, claimOf('t'), 5000);
+      await writer.release(k, 't');
+      await reported(k);
+      expect(mine).toContain(k);
+      detach();
+      const after = key();
+      await writer.claim(after, claimOf('t'), 5000);
+      await writer.release(after, 't');
+      await reported(after);
+      expect(mine).not.toContain(after);
+    });
+  });
 }

@@ -134,9 +134,9 @@ const bodyCaseRaw: fc.Arbitrary<BodyCase> = fc.oneof(
   }),
 );
 
-type Adapter = 'node' | 'express' | 'fastify' | 'koa';
+type Adapter = 'node' | 'express' | 'fastify' | 'koa' | 'fetch' | 'hono';
 /** The Node adapter on every store; the framework adapters on the memory store, fewer runs. */
-const OTHER_ADAPTERS: Adapter[] = ['express', 'fastify', 'koa'];
+const OTHER_ADAPTERS: Adapter[] = ['express', 'fastify', 'koa', 'fetch', 'hono'];
 /** Counterexamples print as a line, not as a megabyte of bytes. */
 const bodyCase = bodyCaseRaw.map((c) =>
   Object.assign(c, {

@@ -54,7 +54,9 @@ describe('orphan claims after a store timeout', () => {
   it("H18: the clean-up is fenced by the claim's token: it never frees someone else's claim", async () => {
     const { store, pause, resume } = pausableStore();
     const engine = new Engine({ store, storeTimeoutMs: 50, leaseMs: 60_000, wait: 0 });
-    const owner = await engine.acquire('k', undefined, 'fp');
+    // The owner runs in another process (another store object on the same data): a
+    // duplicate in the owner's own process would wait on it in memory, never asking the store.
+    const owner = await new Engine({ store: { ...store }, leaseMs: 60_000 }).acquire('k', undefined, 'fp');
     expect(owner.type).toBe('execute');
     pause();
     await expect(engine.acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(StoreUnavailableError);

@@ -6,7 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { postgresStore } from '../../drivers/postgres.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
-import { storeContract } from '../helpers/store-contract.js';
+import { settleContract, storeContract } from '../helpers/store-contract.js';
 
 const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);
 
@@ -31,6 +31,20 @@ storeContract(
     : undefined,
 );
 
+const settleTable = freshTable();
+settleContract('postgres', available ? async () => postgresStore({ url: POSTGRES_URL, table: settleTable }) : undefined);
+settleContract(
+  'postgres on a @keyv/postgres adapter',
+  available ? async () => postgresStore({ adapter: new KeyvPostgres({ uri: POSTGRES_URL }), table: settleTable }) : undefined,
+);
+afterAll(async () => {
+  if (!available) return;
+  const client = new pg.Client({ connectionString: POSTGRES_URL });
+  await client.connect();
+  await client.query(`DROP TABLE IF EXISTS "${settleTable}"`);
+  await client.end();
+});
+
 describe.skipIf(!available)('postgres store specifics', () => {
   const admin = new pg.Pool({ connectionString: POSTGRES_URL, max: 2 });
   const tables: string[] = [];
@@ -45,6 +59,30 @@ describe.skipIf(!available)('postgres store specifics', () => {
   afterAll(async () => {
     for (const name of tables) await admin.query(`DROP TABLE IF EXISTS "${name}"`);
     await admin.end();
+  });
+
+  it('H8: a dropped LISTEN connection reports down, reconnects by itself, reports ready and delivers again', async () => {
+    const name = table();
+    const reader = postgresStore({ url: POSTGRES_URL, table: name });
+    const writer = postgresStore({ url: POSTGRES_URL, table: name });
+    const events: string[] = [];
+    const seen: string[] = [];
+    reader.subscribe!({ settled: (k) => seen.push(k), ready: () => events.push('ready'), down: () => events.push('down') });
+    await vi.waitFor(() => expect(events).toEqual(['ready']), { timeout: 5000, interval: 20 });
+    const channel = `idempotency_kit_${createHash('sha1').update(name).digest('hex').slice(0, 16)}`;
+    const { rows } = await admin.query(
+      `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE application_name = 'idempotency-kit-listen' AND query = $1`,
+      [`LISTEN "${channel}"`],
+    );
+    expect(rows).toEqual([{ ok: true }]);
+    await vi.waitFor(() => expect(events).toEqual(['ready', 'down', 'ready']), { timeout: 10_000, interval: 20 });
+    const key = randomUUID();
+    await writer.claim(key, claimOf('t'), 5000);
+    expect(await writer.complete(key, 't', response, 60_000)).toBe(true);
+    await vi.waitFor(() => expect(seen).toContain(key), { timeout: 5000, interval: 20 });
+    await Promise.all([reader.close(), writer.close()]);
+    const { rows: left } = await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1`, [`LISTEN "${channel}"`]);
+    expect(left).toEqual([{ n: 0 }]); // close() closed the LISTEN connection
   });
 
   it('creates its table and index on first use; the schema is the documented one; keys other than the engine\'s hash form are stored as ~<sha256> (S7)', async () => {

@@ -14,7 +14,7 @@ import { parseRedisSentinelUrl } from '../../drivers/redis-url.js';
 import { failoverRaceTests, retryUntilAnswered, waitUntil } from '../helpers/failover-race.js';
 import { redisServerAvailable } from '../helpers/redis-cluster.js';
 import { SENTINEL_MASTER, startRedisSentinel } from '../helpers/redis-sentinel.js';
-import { storeContract } from '../helpers/store-contract.js';
+import { settleContract, storeContract } from '../helpers/store-contract.js';
 
 const ROUNDS = Number(process.env.REDIS_FAILOVER_ROUNDS ?? 1);
 
@@ -41,6 +41,9 @@ storeContract(
       }
     : undefined,
 );
+
+// Wake-ups for waiting duplicates: classic pub/sub through a duplicate of the client.
+settleContract('redis sentinel (redis+sentinel:// URL)', sentinel ? async () => redisStore({ url: sentinel.url }) : undefined);
 
 describe('Redis Sentinel URLs', () => {
   it('parses sentinels (default port 26379), the primary name, credentials and TLS', () => {

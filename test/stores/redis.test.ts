@@ -5,7 +5,7 @@ import Keyv from 'keyv';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { redisStore } from '../../drivers/redis.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
-import { storeContract } from '../helpers/store-contract.js';
+import { settleContract, storeContract } from '../helpers/store-contract.js';
 
 const available = await serviceAvailable('Redis', REDIS_URL);
 
@@ -22,6 +22,9 @@ storeContract(
       }
     : undefined,
 );
+
+const settleNamespace = `idk-settle-${randomUUID()}`;
+settleContract('redis', available ? async () => redisStore({ url: REDIS_URL, namespace: settleNamespace }) : undefined);
 
 /** A TCP proxy to Redis that the test can cut and restore, to play "Redis went down". */
 async function proxyTo(target: string) {
@@ -176,6 +179,29 @@ describe.skipIf(!available)('redis store specifics', () => {
     await vi.waitFor(async () => expect(await store.get(key)).toMatchObject({ token: 't' }), { timeout: 5000, interval: 100 });
     expect(await store.release(key, 't')).toBe(true);
     await store.close();
+    await proxy.stop();
+  });
+
+  it('H8: a dropped wake-up subscription reports down, reconnects by itself, reports ready and delivers again', async () => {
+    const proxy = await proxyTo(REDIS_URL);
+    const namespace = `idk-settle-${randomUUID()}`;
+    const reader = redisStore({ url: proxy.url(), namespace, timeoutMs: 1000 });
+    const writer = redisStore({ url: REDIS_URL, namespace });
+    const events: string[] = [];
+    const seen: string[] = [];
+    reader.subscribe!({ settled: (k) => seen.push(k), ready: () => events.push('ready'), down: () => events.push('down') });
+    await vi.waitFor(() => expect(events).toEqual(['ready']), { timeout: 5000, interval: 20 });
+
+    await proxy.stop();
+    await vi.waitFor(() => expect(events).toEqual(['ready', 'down']), { timeout: 5000, interval: 20 });
+    await proxy.start();
+    await vi.waitFor(() => expect(events).toEqual(['ready', 'down', 'ready']), { timeout: 10_000, interval: 20 });
+    const key = randomUUID();
+    await writer.claim(key, claimOf('t'), 5000);
+    expect(await writer.complete(key, 't', response, 60_000)).toBe(true);
+    await vi.waitFor(() => expect(seen).toContain(key), { timeout: 5000, interval: 20 });
+    expect(await reader.get(key)).toMatchObject({ state: 'completed' });
+    await Promise.all([reader.close(), writer.close()]);
     await proxy.stop();
   });
 

@@ -5,25 +5,15 @@
  * only, so that it runs on Node, Bun and Deno alike.
  * @module
  */
-import { BodyTooLargeError } from '../src/errors.js';
-import type { CapturedResponse, HttpClaim, HttpRequestInfo, Idempotency } from '../src/http.js';
-import type { HttpResponse } from '../src/problem.js';
+import { BodyTooLargeError } from '../../src/errors.js';
+import type { CapturedResponse, HttpClaim, HttpRequestInfo, Idempotency } from '../../src/http.js';
+import type { HttpResponse } from '../../src/problem.js';
+import { BodyRecorder, concatBytes } from './body-recorder.js';
 
 const EMPTY = new Uint8Array(0);
 
 /** Statuses whose Response must not have a body (the Response constructor throws). */
 const NULL_BODY_STATUSES = new Set([101, 103, 204, 205, 304]);
-
-function concat(chunks: Uint8Array[], size: number): Uint8Array {
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return out;
-}
 
 /** A declared Content-Length over `limit` is refused before a byte is read (413). */
 export function assertDeclaredLength(headers: Headers, limit: number): void {
@@ -31,23 +21,18 @@ export function assertDeclaredLength(headers: Headers, limit: number): void {
   if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
 }
 
-/**
- * Read a body stream whole, up to `limit` bytes. Over it: with `onOverflow: 'throw'`,
- * BodyTooLargeError (413); with `'null'`, `null`. Either way the rest is left unread
- * (the stream is cancelled).
- */
-async function readStream(stream: ReadableStream<Uint8Array>, limit: number, onOverflow: 'throw' | 'null'): Promise<Uint8Array | null> {
+/** Read a request body stream whole, up to `limit` bytes (beyond it, BodyTooLargeError: 413; the rest is left unread). */
+async function readStream(stream: ReadableStream<Uint8Array>, limit: number): Promise<Uint8Array> {
   const reader = stream.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   for (;;) {
     const { done, value } = await reader.read();
-    if (done) return concat(chunks, size);
+    if (done) return concatBytes(chunks, size);
     size += value.byteLength;
     if (size > limit) {
       reader.cancel().catch(() => undefined);
-      if (onOverflow === 'throw') throw new BodyTooLargeError(limit);
-      return null;
+      throw new BodyTooLargeError(limit);
     }
     chunks.push(value);
   }
@@ -69,7 +54,7 @@ export async function consumeBody(request: Request, limit: number): Promise<Uint
     return declared === 0 ? EMPTY : new Uint8Array(await request.arrayBuffer());
   }
   if (request.body === null) return EMPTY;
-  return (await readStream(request.body, limit, 'throw'))!;
+  return readStream(request.body, limit);
 }
 
 /**
@@ -153,26 +138,6 @@ type Head = Omit<CapturedResponse, 'body'>;
 type ResponseBody = ConstructorParameters<typeof Response>[0];
 type Read = Awaited<ReturnType<ReadableStreamDefaultReader<Uint8Array>['read']>>;
 
-/** The response body as recorded so far: at most `maxResponseBytes`, then only counted. */
-class Recording {
-  chunks: Uint8Array[] = [];
-  size = 0;
-  overflow = false;
-  constructor(readonly limit: number) {}
-  add(chunk: Uint8Array): void {
-    if (this.overflow) return;
-    this.size += chunk.byteLength;
-    if (this.size > this.limit) {
-      this.overflow = true;
-      this.chunks = [];
-    } else this.chunks.push(chunk);
-  }
-  /** The whole body, or `null` when it was over the limit (stored without a body). */
-  body(): Uint8Array | null {
-    return this.overflow ? null : concat(this.chunks, this.size);
-  }
-}
-
 const NOT_YET = Symbol('not yet');
 
 /**
@@ -184,7 +149,7 @@ const NOT_YET = Symbol('not yet');
  */
 async function readReady(
   reader: ReadableStreamDefaultReader<Uint8Array>,
-  recording: Recording,
+  recording: BodyRecorder,
   untilEnd: boolean,
 ): Promise<{ done: boolean; sent: Uint8Array[]; pending?: Promise<Read> }> {
   const sent: Uint8Array[] = [];
@@ -194,7 +159,7 @@ async function readReady(
     for (;;) {
       const pending = reader.read();
       const result = turn ? await Promise.race([pending, turn]) : await pending;
-      if (result === NOT_YET) return { done: false, sent, pending };
+      if (result === NOT_YET) return { done: false, sent, pending }; // Promise.race handles its rejection until streamOn awaits it
       if (result.done) return { done: true, sent };
       sent.push(result.value);
       recording.add(result.value); // no one else has seen this chunk yet: no copy
@@ -218,7 +183,7 @@ function streamOn(
   reader: ReadableStreamDefaultReader<Uint8Array>,
   claim: HttpClaim,
   head: Head,
-  recording: Recording,
+  recording: BodyRecorder,
   sent: Uint8Array[],
   pending: Promise<Read> | undefined,
 ): ReadableStream<Uint8Array> {
@@ -246,11 +211,11 @@ function streamOn(
           pending = undefined;
         }
         if (result.done) {
-          await settle(() => claim.finish({ ...head, body: recording.body() }));
+          await settle(() => claim.finish({ ...head, body: recording.bytes() }));
           controller.close();
           return;
         }
-        recording.add(result.value.slice()); // a copy: the consumer may reuse the buffer
+        recording.add(result.value, true); // a copy: the consumer may reuse the buffer
         controller.enqueue(result.value);
       },
       async cancel(reason) {
@@ -280,7 +245,7 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     return response;
   }
   const reader = response.body.getReader();
-  const recording = new Recording(claim.maxResponseBytes);
+  const recording = new BodyRecorder(claim.maxResponseBytes);
   let ready;
   try {
     ready = await readReady(reader, recording, signal?.aborted === true);
@@ -290,7 +255,7 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
   }
   if (ready.done || (signal?.aborted && recording.overflow)) {
     if (!ready.done) reader.cancel().catch(() => undefined);
-    const body = recording.body();
+    const body = recording.bytes();
     await claim.finish({ ...head, body });
     return new Response(body as ResponseBody, response);
   }
