@@ -38,8 +38,8 @@ export async function storeRunner(name: string, url: string): Promise<PairRunner
 }
 
 /**
- * Raw `pg`: the PostgreSQL driver's claim and complete statements (kept in step with
- * drivers/postgres.ts), named, on a pool of the driver's default size (10), with the
+ * Raw `pg`: the PostgreSQL driver's claim and complete statements as they were before
+ * the wake-up `pg_notify` (so the gap to the driver includes the wake-ups' cost), named, on a pool of the driver's default size (10), with the
  * same values the driver binds. No timeout wrapper, no key hashing, no row mapping.
  */
 export async function rawPgRunner(url: string, poolSize = 10): Promise<PairRunner> {
@@ -86,8 +86,9 @@ WHERE key = $1 AND token = $2 AND state = 'processing' AND expires_at > ${NOW} R
 }
 
 /**
- * Raw node-redis: one client running the Redis driver's claim and complete scripts (kept
- * in step with drivers/redis.ts) by EVALSHA, with the same arguments the driver sends.
+ * Raw node-redis: one client running the Redis driver's claim and complete scripts by
+ * EVALSHA, with the same arguments the driver sends, as they were before the wake-up
+ * `PUBLISH` (so the gap to the driver includes the wake-ups' cost).
  */
 export async function rawRedisRunner(url: string): Promise<PairRunner> {
   const { createClient } = await import('@redis/client');
