@@ -46,10 +46,11 @@ export interface ServerEnv {
   COUNT_OPS?: '1';
 }
 
-const entries: Record<'server' | 'fingerprint' | 'breakdown', string[]> = {
+const entries: Record<'server' | 'fingerprint' | 'breakdown' | 'pairs', string[]> = {
   server: ['--import', 'tsx', 'bench/server.ts'],
   fingerprint: ['--import', 'tsx', 'bench/fingerprint.ts'],
   breakdown: ['--import', 'tsx', 'bench/breakdown.ts'],
+  pairs: ['--import', 'tsx', 'bench/pairs.ts'],
 };
 
 /** The node arguments that run a bench entry (bundled when `bundleEntries()` succeeded). */

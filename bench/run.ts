@@ -12,7 +12,7 @@
  *   --adapters=a,b       subset of node,express,fastify,koa,hono
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
- *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-waiting   skip a part
+ *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting   skip a part
  *   --write / --no-write write docs/benchmarks.md (generated part) and docs/benchmarks.svg
  *                        (default: write in full mode, not in quick mode)
  *   --cpu-prof           servers write V8 CPU profiles to bench/profiles/
@@ -48,6 +48,7 @@ import {
 import { renderMarkdown, renderSvg, type BenchResults, type RoundTripRow, type Row } from './report.js';
 import type { BreakdownRow } from './breakdown.js';
 import type { FingerprintResult } from './fingerprint.js';
+import type { PairsReport } from './pairs.js';
 import { measureWaiting, type WaitingRow } from './waiting.js';
 
 const argv = process.argv.slice(2);
@@ -69,6 +70,7 @@ const peers = !flag('no-peers');
 const roundTrips = !flag('no-round-trips');
 const waitingPart = !flag('no-waiting');
 const fingerprint = !flag('no-fingerprint');
+const pairsPart = !flag('no-pairs');
 const write = flag('write') || (!quick && !flag('no-write'));
 const cpuProfDir = flag('cpu-prof') ? path.join(ROOT, 'bench/profiles') : undefined;
 const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgresql://postgres@127.0.0.1:5432/test';
@@ -96,10 +98,11 @@ const storeUrls: Partial<Record<StoreName, string>> = {};
 async function setUpStores(): Promise<void> {
   const wanted = new Set<string>(stores);
   if (peers) wanted.add('redis');
-  if (roundTrips || waitingPart) {
+  if (roundTrips || pairsPart || waitingPart) {
     wanted.add('redis');
     wanted.add('postgres');
   }
+  if (pairsPart) wanted.add('sqlite');
   const { createStore } = await import('../drivers/create-store.js');
   const driverMissing = (name: StoreName, url: string): string | undefined => {
     if (name !== 'memory' && !existsSync(path.join(ROOT, `drivers/${name}.ts`))) return `drivers/${name}.ts has not landed`;
@@ -409,6 +412,31 @@ function runFingerprint(): FingerprintResult | undefined {
   return result;
 }
 
+// ---------------------------------------------------------------- store CPU per pair
+function runPairs(): PairsReport | undefined {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'idempotency-pairs-'));
+  const targets = ['memory=memory://'];
+  if (storeUrls.sqlite) targets.push(`sqlite=${path.join(dir, 'pairs.sqlite')}`, `sqlite (before)=${path.join(dir, 'before.sqlite')}`);
+  if (redisUrl) targets.push(`redis=${redisUrl}`, `raw redis=${redisUrl}`);
+  if (storeUrls.postgres) targets.push(`postgres=${POSTGRES_URL}`, `raw pg=${POSTGRES_URL}`);
+  if (process.env.MYSQL_URL) targets.push(`mysql=${process.env.MYSQL_URL}`);
+  const out = spawnSync(process.execPath, ['--expose-gc', ...entryArgs('pairs'), '--json', ...(quick ? ['--quick'] : []), ...targets], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  });
+  rmSync(dir, { recursive: true, force: true });
+  if (out.status !== 0) {
+    problems.push(`store pairs bench failed: ${out.stderr}`);
+    return undefined;
+  }
+  const report = JSON.parse(out.stdout.trim().split('\n').pop()!) as PairsReport;
+  for (const r of report.rows) log(`  ${r.store.padEnd(16)} ${fmt(r.pairsPerSec).padStart(7)} pairs/s  ${fmt(r.cpuUsPerPair, 1).padStart(6)} µs CPU/pair`);
+  const m = report.memory;
+  log(`  memory bound: ${fmt(m.recordsKept)} records kept of maxEntries ${fmt(m.maxEntries)} after ${fmt(m.pairs)} pairs; heap growth ${fmt(m.heapGrowthMiB, 1)} MiB`);
+  if (m.recordsKept > m.maxEntries) problems.push(`memory store kept ${m.recordsKept} records past maxEntries ${m.maxEntries}`);
+  return report;
+}
+
 // ---------------------------------------------------------------- breakdown
 function runBreakdownChild(): BreakdownRow[] | undefined {
   const out = spawnSync(process.execPath, [...entryArgs('breakdown'), '--json', ...(quick ? ['--quick'] : [])], {
@@ -542,6 +570,11 @@ async function main(): Promise<void> {
     if (redisNote) log(`  note: ${redisNote}`);
     rt = await countRoundTrips();
   }
+  let pairs: PairsReport | undefined;
+  if (pairsPart) {
+    log(`\nstore client CPU per claim + complete pair, 32 concurrent callers (${fmt((Date.now() - started) / 1000, 1)} s)`);
+    pairs = runPairs();
+  }
   const waiting: WaitingRow[] = [];
   if (waitingPart) {
     log(`\nwaiting duplicates: store operations and wake-up delay (${fmt((Date.now() - started) / 1000, 1)} s)`);
@@ -591,6 +624,7 @@ async function main(): Promise<void> {
     machine: machine(),
     rows,
     roundTrips: rt,
+    pairs,
     waiting,
     fingerprint: fp,
     breakdown,

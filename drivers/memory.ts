@@ -28,6 +28,13 @@ export interface MemoryStoreOptions {
    */
   maxEntries?: number;
   /**
+   * Most bytes of completed responses kept at once (body length plus header names and
+   * values, plus 200 bytes per record for the record itself). Past it, the oldest
+   * completed records are evicted, as for `maxEntries`. Processing records do not count.
+   * @default 67108864 (64 MiB)
+   */
+  maxBytes?: number;
+  /**
    * How often expired records are swept, in ms (on an unref'd timer). 0 disables.
    * @default 60000
    */
@@ -46,8 +53,10 @@ export interface MemoryStoreOptions {
 /** Create an in-memory store. */
 export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore {
   const maxEntries = options.maxEntries ?? 100_000;
+  const maxBytes = options.maxBytes ?? 64 * 1024 * 1024;
   const sweepIntervalMs = options.sweepIntervalMs ?? 60_000;
   assertInteger('maxEntries', maxEntries, 1);
+  assertInteger('maxBytes', maxBytes, 1);
   assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
   const now = options.now ?? Date.now;
   assertFunction('now', now);
@@ -61,15 +70,33 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
   if (options.map !== undefined && (!(options.map instanceof Map) || options.map.size > 0)) {
     throw new TypeError('Expected `map` to be an empty Map');
   }
-  // Map keeps insertion order, so the first entries are the oldest: cheap eviction.
   const records = options.map ?? new Map<string, IdempotencyRecord>();
+  // Completed records in completion order (a Map keeps insertion order), with the bytes
+  // each one counts: eviction takes the first entry, O(1), never a processing record.
+  const completed = new Map<string, number>();
+  let completedBytes = 0;
+
+  const forget = (key: string): void => {
+    records.delete(key);
+    const bytes = completed.get(key);
+    if (bytes !== undefined) {
+      completed.delete(key);
+      completedBytes -= bytes;
+    }
+  };
+  const evictOldestCompleted = (): boolean => {
+    const oldest = completed.keys().next();
+    if (oldest.done) return false;
+    forget(oldest.value);
+    return true;
+  };
 
   const sweep = (): number => {
     const t = now();
     let deleted = 0;
     for (const [key, record] of records) {
       if (!isLive(record, t)) {
-        records.delete(key);
+        forget(key);
         deleted++;
       }
     }
@@ -79,12 +106,10 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
   timer?.unref();
 
   const makeRoom = (): void => {
+    while (records.size >= maxEntries && evictOldestCompleted());
     if (records.size < maxEntries) return;
+    // Only processing records left: expired leases can go (a full pass, only in this case).
     sweep();
-    for (const [key, record] of records) {
-      if (records.size < maxEntries) return;
-      if (record.state === 'completed') records.delete(key);
-    }
     if (records.size >= maxEntries) {
       throw new Error(`idempotency-kit: memory store is full (${maxEntries} requests in flight)`);
     }
@@ -94,7 +119,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     const record = records.get(key);
     if (record === undefined) return undefined;
     if (isLive(record, now())) return record;
-    records.delete(key);
+    forget(key);
     return undefined;
   };
 
@@ -110,7 +135,6 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
       const current = live(key);
       if (current) return { claimed: false, record: current };
-      records.delete(key);
       makeRoom();
       const record = { state: 'processing' as const, ...request, leaseUntil: now() + leaseMs };
       records.set(key, record);
@@ -123,6 +147,11 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
       const record = owned(key, token);
       if (!record) return false;
       const body = response.body === null ? null : new Uint8Array(response.body);
+      let bytes = 200 + (body?.byteLength ?? 0);
+      for (const name in response.headers) {
+        const value = response.headers[name]!;
+        bytes += name.length + (typeof value === 'string' ? value.length : value.join('').length);
+      }
       records.set(key, {
         state: 'completed',
         fingerprint: record.fingerprint,
@@ -131,11 +160,14 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
         expiresAt: now() + ttlMs,
         response: { status: response.status, headers: { ...response.headers }, body },
       });
+      completed.set(key, bytes);
+      completedBytes += bytes;
+      while (completedBytes > maxBytes && completed.size > 1) evictOldestCompleted();
       return true;
     },
     async release(key: string, token: string) {
       if (!owned(key, token)) return false;
-      records.delete(key);
+      forget(key);
       return true;
     },
     async extend(key: string, token: string, leaseMs: number) {
@@ -147,9 +179,13 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     async close() {
       if (timer) clearInterval(timer);
       records.clear();
+      completed.clear();
+      completedBytes = 0;
     },
     async delete(key: string) {
-      return records.delete(key);
+      const had = records.has(key);
+      forget(key);
+      return had;
     },
     async stats(options: MaintenanceOptions = {}): Promise<StoreStats> {
       const t = now();

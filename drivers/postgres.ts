@@ -202,7 +202,8 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   const indexName = `"${table.split('.').pop()!.slice(0, 50)}_expires_at_idx"`;
   // Statement names are per connection; the table is part of them so that two stores
   // with different tables on one pool never share a plan.
-  const statement = (op: string) => `idempotency_kit_${op}_${createHash('sha1').update(table).digest('hex').slice(0, 12)}`;
+  const tableTag = createHash('sha1').update(table).digest('hex').slice(0, 12);
+  const statement = (op: string) => `idempotency_kit_${op}_${tableTag}`;
   // The database clock, in epoch ms: one clock for every host, so leases are fair.
   const NOW = `(extract(epoch from statement_timestamp()) * 1000)::bigint`;
   const COLUMNS = 'state, fingerprint, token, created_at, expires_at, status, headers, body';

@@ -3,13 +3,107 @@
  * @module
  */
 
+interface Deadline {
+  at: number;
+  message: string;
+  reject: ((error: Error) => void) | undefined;
+}
+
+/**
+ * The pending deadlines of one duration, in the order they were set (so earliest first),
+ * under one timer armed for the head: a call costs an array push, not a setTimeout and a
+ * clearTimeout. The timer is cleared as soon as no deadline is pending, so a settled call
+ * never keeps the process alive.
+ */
+class DeadlineQueue {
+  readonly #items: Array<Deadline | undefined> = [];
+  #head = 0;
+  #pending = 0;
+  #timer: NodeJS.Timeout | undefined;
+  #armedFor: Deadline | undefined;
+
+  constructor(readonly ms: number) {}
+
+  add(message: string, reject: (error: Error) => void): Deadline {
+    const deadline: Deadline = { at: Date.now() + this.ms, message, reject };
+    this.#items.push(deadline);
+    this.#pending++;
+    if (this.#timer === undefined) this.#arm();
+    return deadline;
+  }
+
+  settle(deadline: Deadline): void {
+    if (deadline.reject === undefined) return;
+    deadline.reject = undefined;
+    if (--this.#pending === 0) this.#reset();
+  }
+
+  #reset(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#armedFor = undefined;
+    this.#items.length = 0;
+    this.#head = 0;
+  }
+
+  #arm(): void {
+    const items = this.#items;
+    while (this.#head < items.length && items[this.#head]!.reject === undefined) items[this.#head++] = undefined;
+    if (this.#head > 1024 && this.#head * 2 > items.length) {
+      items.splice(0, this.#head);
+      this.#head = 0;
+    }
+    const next = items[this.#head];
+    if (next === undefined) return;
+    this.#armedFor = next;
+    this.#timer = setTimeout(() => this.#fire(), Math.max(0, next.at - Date.now()));
+  }
+
+  #fire(): void {
+    this.#timer = undefined;
+    // The deadline this timer was armed for has passed, whatever the wall clock says now.
+    const due = this.#armedFor;
+    this.#armedFor = undefined;
+    const now = Date.now();
+    const items = this.#items;
+    while (this.#head < items.length) {
+      const deadline = items[this.#head]!;
+      if (deadline !== due && deadline.reject !== undefined && deadline.at > now) break;
+      items[this.#head++] = undefined;
+      const reject = deadline.reject;
+      if (reject === undefined) continue;
+      deadline.reject = undefined;
+      this.#pending--;
+      reject(new Error(deadline.message));
+    }
+    if (this.#pending === 0) this.#reset();
+    else this.#arm();
+  }
+}
+
+const queues = new Map<number, DeadlineQueue>();
+
 /** Settle with `promise`, or reject with `message` after `ms` (nothing hangs). */
 export function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(message)), ms);
+  let queue = queues.get(ms);
+  if (queue === undefined) {
+    queue = new DeadlineQueue(ms);
+    queues.set(ms, queue);
+  }
+  const q = queue;
+  return new Promise<T>((resolve, reject) => {
+    const deadline = q.add(message, reject);
+    promise.then(
+      (value) => {
+        q.settle(deadline);
+        resolve(value);
+      },
+      (error: unknown) => {
+        q.settle(deadline);
+        reject(error);
+      },
+    );
   });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 /**

@@ -35,6 +35,61 @@ describe('memory store specifics', () => {
     await store.close();
   });
 
+  it('bounded: a long first-execution run keeps at most maxEntries records, evicting the oldest completed first, never a processing one', async () => {
+    const map = new Map();
+    const store = memoryStore({ map, maxEntries: 500, sweepIntervalMs: 0 });
+    const req = (token: string) => ({ token, fingerprint: 'f', createdAt: Date.now() });
+    const response = { status: 201, headers: { 'content-type': 'text/plain' }, body: new TextEncoder().encode('ok') };
+    // 10 long-running claims taken first stay processing the whole run.
+    for (let i = 0; i < 10; i++) expect((await store.claim(`slow-${i}`, req(`slow-${i}`), 600_000)).claimed).toBe(true);
+    let peak = 0;
+    for (let i = 0; i < 20_000; i++) {
+      expect((await store.claim(`k${i}`, req(`t${i}`), 60_000)).claimed).toBe(true);
+      expect(await store.complete(`k${i}`, `t${i}`, response, 600_000)).toBe(true);
+      peak = Math.max(peak, map.size);
+    }
+    expect(peak).toBe(500);
+    for (let i = 0; i < 10; i++) expect((await store.get(`slow-${i}`))?.state).toBe('processing');
+    // The newest 490 completed records are the ones kept, in completion order.
+    expect(await store.get('k19509')).toBeUndefined();
+    for (const i of [19_510, 19_700, 19_999]) expect((await store.get(`k${i}`))?.state).toBe('completed');
+    await store.close();
+  });
+
+  it('eviction follows completion order, not claim order', async () => {
+    const store = memoryStore({ maxEntries: 3, sweepIntervalMs: 0 });
+    const req = (token: string) => ({ token, fingerprint: 'f', createdAt: Date.now() });
+    const response = { status: 200, headers: {}, body: new Uint8Array() };
+    await store.claim('early', req('early'), 60_000);
+    await store.claim('late', req('late'), 60_000);
+    await store.complete('late', 'late', response, 60_000);
+    await store.complete('early', 'early', response, 60_000);
+    await store.claim('x', req('x'), 60_000);
+    expect((await store.claim('y', req('y'), 60_000)).claimed).toBe(true);
+    expect(await store.get('late')).toBeUndefined();
+    expect((await store.get('early'))?.state).toBe('completed');
+    await store.close();
+  });
+
+  it('maxBytes: completed responses past the byte bound evict the oldest completed records', async () => {
+    const map = new Map();
+    const store = memoryStore({ map, maxBytes: 10_000, sweepIntervalMs: 0 });
+    const req = (token: string) => ({ token, fingerprint: 'f', createdAt: Date.now() });
+    const body = new Uint8Array(1000);
+    await store.claim('held', req('held'), 600_000);
+    for (let i = 0; i < 100; i++) {
+      await store.claim(`k${i}`, req(`t${i}`), 60_000);
+      await store.complete(`k${i}`, `t${i}`, { status: 200, headers: { 'content-type': 'application/octet-stream' }, body }, 600_000);
+    }
+    // Each counts 1000 + 200 + 36 bytes: 8 fit in 10 000, plus the processing record.
+    expect(map.size).toBe(9);
+    expect((await store.get('held'))?.state).toBe('processing');
+    expect((await store.get('k99'))?.state).toBe('completed');
+    expect(await store.get('k91')).toBeUndefined();
+    expect(() => memoryStore({ maxBytes: 0 })).toThrow('Expected `maxBytes` to be a positive integer, got 0');
+    await store.close();
+  });
+
   it('S5: warns when NODE_ENV is production', async () => {
     vi.stubEnv('NODE_ENV', 'production');
     const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);

@@ -154,4 +154,32 @@ describe('sqlite store specifics', () => {
     await store.close();
     await expect(store.get('k')).rejects.toThrow(/closed/);
   });
+
+  it('synchronous: sets the pragma on the connection (normal by default, full on request) and rejects other values', async () => {
+    const adapter = new KeyvSqlite({ uri: `sqlite://${path.join(dir, 'synchronous.db')}` });
+    const level = async () => ((await adapter.query('PRAGMA synchronous')) as Array<{ synchronous: number }>)[0]!.synchronous;
+    for (const [synchronous, expected] of [[undefined, 1], ['full', 2], ['normal', 1]] as const) {
+      const store = sqliteStore({ adapter, synchronous, sweepIntervalMs: 0 });
+      expect((await store.claim(`k-${synchronous}`, claimOf('t'), 5000)).claimed).toBe(true);
+      expect(await level()).toBe(expected);
+      await store.close();
+    }
+    await adapter.disconnect();
+    expect(() => sqliteStore({ url: 'sqlite://:memory:', synchronous: 'off' as never })).toThrow("Expected `synchronous` to be 'normal' or 'full', got \"off\"");
+  });
+
+  it('with its own connection, a completed record survives close and reopen in both modes', async () => {
+    for (const synchronous of ['normal', 'full'] as const) {
+      const url = `sqlite://${path.join(dir, `reopen-${synchronous}.db`)}`;
+      const first = sqliteStore({ url, synchronous, sweepIntervalMs: 0 });
+      const response = { status: 201, headers: { 'content-type': 'text/plain' }, body: new TextEncoder().encode('done') };
+      expect((await first.claim('k', claimOf('t'), 5000)).claimed).toBe(true);
+      expect(await first.complete('k', 't', response, 60_000)).toBe(true);
+      await first.close();
+      const second = sqliteStore({ url, synchronous, sweepIntervalMs: 0 });
+      const record = await second.get('k');
+      expect(record?.state).toBe('completed');
+      await second.close();
+    }
+  });
 });
