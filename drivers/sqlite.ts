@@ -201,7 +201,11 @@ WHERE ${OWNED} RETURNING 1 AS n`;
       }
       run = (sql, params) =>
         new Promise((resolve, reject) => {
-          statements.get(sql)!.all(params, (error: Error | null, rows: SqlRow[]) => (error ? reject(error) : resolve(rows)));
+          const done = (error: Error | null, rows: SqlRow[]) => (error ? reject(error) : resolve(rows));
+          const prepared = statements.get(sql);
+          // The hot statements are prepared once; maintenance (delete, stats) runs as it comes.
+          if (prepared) prepared.all(params, done);
+          else db.all(sql, params, done);
         });
     }
     query = run;
