@@ -5,6 +5,7 @@
  * reject a bad URL at once.
  * @module
  */
+import { redactUrl } from './utils.js';
 
 export interface RedisClusterUrl {
   tls: boolean;
@@ -21,11 +22,6 @@ export interface RedisSentinelUrl extends RedisClusterUrl {
 
 export const REDIS_CLUSTER_FORM = 'redis+cluster://[user:password@]host:port[,host:port…]';
 export const REDIS_SENTINEL_FORM = 'redis+sentinel://[user:password@]sentinel:port[,sentinel:port…]/primary-name';
-
-/** The URL as shown in errors: a password never reaches a log. */
-export function redactRedisUrl(url: string): string {
-  return JSON.stringify(url.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/[^/?#@:]*:)[^/?#@]*@/, '$1***@'));
-}
 
 export function isRedisClusterUrl(url: string): boolean {
   return /^rediss?\+cluster:/i.test(url);
@@ -70,7 +66,7 @@ function parseAuthority(authority: string, kind: string, defaultPort: number, sh
  * The default port is 6379; a database number is refused (a cluster has only database 0).
  */
 export function parseRedisClusterUrl(url: string): RedisClusterUrl {
-  const shown = redactRedisUrl(url);
+  const shown = redactUrl(url);
   const match = /^(rediss?)\+cluster:\/\/([^/?#]*)(\/?)([?#].*)?$/i.exec(url);
   if (!match) {
     if (/^rediss?\+cluster:\/\/[^/?#]*\/./i.test(url)) {
@@ -88,7 +84,7 @@ export function parseRedisClusterUrl(url: string): RedisClusterUrl {
  * primary's name. User and password are for the data nodes (the primary and replicas).
  */
 export function parseRedisSentinelUrl(url: string): RedisSentinelUrl {
-  const shown = redactRedisUrl(url);
+  const shown = redactUrl(url);
   const match = /^(rediss?)\+sentinel:\/\/([^/?#]*)\/([^/?#]+)([?#].*)?$/i.exec(url);
   if (!match) throw new TypeError(`Expected a Redis Sentinel URL of the form ${REDIS_SENTINEL_FORM}, got ${shown}`);
   const [, scheme, authority, name, rest] = match;

@@ -104,6 +104,6 @@ Ctrl-C stops it.
 }
 
 /** The store URL without its password, for logs. */
-function redact(url: string): string {
+export function redact(url: string): string {
   return url.replace(/\/\/([^:/@]*):[^@/]*@/, '//$1:***@');
 }

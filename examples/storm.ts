@@ -4,7 +4,7 @@
  * account must end at 9 000 with 1 execution; the unprotected one shows the damage.
  */
 import { randomUUID } from 'node:crypto';
-import { DEFAULT_STORE, startDemo } from './demo.js';
+import { DEFAULT_STORE, redact, startDemo } from './demo.js';
 import { OPENING_BALANCE } from './payments.js';
 
 export interface StormRow {
@@ -65,7 +65,7 @@ if (isMain) {
     else if (guarded.executions === 0 && guarded.unavailable > 0) {
       console.log(
         `the protected route never ran: ${guarded.unavailable} answers were 503 store-unavailable. ` +
-          `Is the store at ${storeUrl.replace(/\/\/([^:/@]*):[^@/]*@/, '//$1:***@')} up? (IDEMPOTENCY_STORE picks another)`,
+          `Is the store at ${redact(storeUrl)} up? (IDEMPOTENCY_STORE picks another)`,
       );
     } else if (guarded.executions === 0) console.log(`the protected route never ran (${guarded.errors} error answers)`);
     else console.log(`UNEXPECTED: the protected route ran ${guarded.executions} times`);

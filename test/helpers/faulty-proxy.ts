@@ -11,6 +11,7 @@
  * request at a time.
  */
 import net from 'node:net';
+import { seededRandom } from './random.js';
 
 export type Action = 'pass' | 'drop' | 'reset' | 'cut';
 
@@ -27,17 +28,7 @@ export const scripted =
   (index: number): Action =>
     actions[index] ?? 'pass';
 
-/** A small seeded generator (mulberry32), so a failing plan can be replayed from its seed. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { seededRandom } from './random.js';
 
 /** Each request is dropped with probability `drop`, reset with `reset`, else passed. */
 export function seeded(seed: number, odds: { drop: number; reset: number }): (index: number) => Action {

@@ -27,6 +27,7 @@ import { storageKey } from '../../src/engine.js';
 import { sqlKey } from '../../drivers/utils.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
 import { figure } from './fixtures/cluster.js';
+import { seededRandom } from '../helpers/random.js';
 
 const SOURCE = fileURLToPath(new URL('./fixtures/pg-transaction-worker.ts', import.meta.url));
 // Bundled once into plain JavaScript: a process per kill, so start-up is most of the cost
@@ -49,17 +50,6 @@ const POINTS: Record<Mode, KillPoint[]> = {
 
 const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);
 
-/** mulberry32: a schedule that PG_TX_CRASH_SEED reproduces. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Every point equally often, in a shuffled order. */
 function schedule(mode: Mode, runs: number, random: () => number): KillPoint[] {
@@ -150,7 +140,7 @@ interface RunResult {
 describe.skipIf(!available)('PostgreSQL transaction: SIGKILL at every point of a job', () => {
   const db = new pg.Pool({ connectionString: POSTGRES_URL, max: 8 });
   const tables: string[] = [];
-  const random = rng(SEED);
+  const random = seededRandom(SEED); // PG_TX_CRASH_SEED reproduces a schedule
 
   beforeAll(async () => {
     await db.query('SELECT 1');
