@@ -83,13 +83,14 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
       onError(error, req, res);
       return;
     }
-    if (raw !== undefined) {
-      restoreBody(req, raw);
-      (req as { body?: unknown }).body ??= parseBody(raw, req.headers['content-type']);
-    }
     if (decision.type === 'respond') {
       sendResponse(res, decision.response);
       return;
+    }
+    // The handler runs: it reads the body as if nobody had (and finds it parsed on req.body).
+    if (raw !== undefined) {
+      restoreBody(req, raw);
+      (req as { body?: unknown }).body ??= parseBody(raw, req.headers['content-type']);
     }
     if (decision.type === 'pass') {
       await handler(req, res);

@@ -71,9 +71,15 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     throw new TypeError('Expected `map` to be an empty Map');
   }
   const records = options.map ?? new Map<string, IdempotencyRecord>();
-  // Completed records in completion order (a Map keeps insertion order), with the bytes
-  // each one counts: eviction takes the first entry, O(1), never a processing record.
+  // The bytes each completed record counts, and the completed records in completion order
+  // (a queue read from `head`): eviction takes the oldest, O(1), never a processing
+  // record. An entry whose record was since deleted or replaced is stale and skipped; the
+  // queue is compacted when stale entries outnumber live ones. (A Map would keep the order
+  // too, but V8 leaves deleted entries in place until it rehashes, so finding the first
+  // live key after many evictions walks them all.)
   const completed = new Map<string, number>();
+  let queue: { key: string; record: IdempotencyRecord }[] = [];
+  let head = 0;
   let completedBytes = 0;
 
   const forget = (key: string): void => {
@@ -85,10 +91,26 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     }
   };
   const evictOldestCompleted = (): boolean => {
-    const oldest = completed.keys().next();
-    if (oldest.done) return false;
-    forget(oldest.value);
-    return true;
+    while (head < queue.length) {
+      const entry = queue[head]!;
+      queue[head++] = undefined as never;
+      if (records.get(entry.key) === entry.record) {
+        forget(entry.key);
+        return true;
+      }
+    }
+    return false;
+  };
+  const enqueue = (key: string, record: IdempotencyRecord): void => {
+    queue.push({ key, record });
+    const pending = queue.length - head;
+    if (pending > 1024 && pending > 2 * completed.size) {
+      queue = queue.slice(head).filter((entry) => records.get(entry.key) === entry.record);
+      head = 0;
+    } else if (head > 1024 && head * 2 > queue.length) {
+      queue = queue.slice(head);
+      head = 0;
+    }
   };
 
   const sweep = (): number => {
@@ -152,15 +174,17 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
         const value = response.headers[name]!;
         bytes += name.length + (typeof value === 'string' ? value.length : value.join('').length);
       }
-      records.set(key, {
+      const done: IdempotencyRecord = {
         state: 'completed',
         fingerprint: record.fingerprint,
         token,
         createdAt: record.createdAt,
         expiresAt: now() + ttlMs,
         response: { status: response.status, headers: { ...response.headers }, body },
-      });
+      };
+      records.set(key, done);
       completed.set(key, bytes);
+      enqueue(key, done);
       completedBytes += bytes;
       while (completedBytes > maxBytes && completed.size > 1) evictOldestCompleted();
       return true;
@@ -180,6 +204,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
       if (timer) clearInterval(timer);
       records.clear();
       completed.clear();
+      queue = [];
+      head = 0;
       completedBytes = 0;
     },
     async delete(key: string) {

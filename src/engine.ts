@@ -3,8 +3,9 @@
  * renewal, fencing, timeouts and events. Shared by the HTTP layer and `idempotent()`.
  * @module
  */
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { decide } from './decide.js';
+import { sha256 } from './fingerprint.js';
 import {
   IdempotencyConflictError,
   IdempotencyMismatchError,
@@ -141,9 +142,7 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
 
 /** The store sees a hash of (scope, key), never the client's text. */
 export function storageKey(scope: string | undefined, key: string): string {
-  return createHash('sha256')
-    .update(JSON.stringify([scope ?? null, key]))
-    .digest('base64url');
+  return sha256(JSON.stringify([scope ?? null, key]));
 }
 
 /** When a request's wait ends: set once, when it first learns that the key is in progress. */
@@ -255,7 +254,7 @@ export class Lease {
     }
     if (ok) {
       this.#settleFollowers(response, ttl);
-      this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
+      if (this.engine.observed()) this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
     } else this.#loseLease('complete');
     return ok;
   }
@@ -290,16 +289,17 @@ export class Lease {
     const flight = this.#flight;
     const record = this.#record;
     if (!flight || !record) return;
-    const { now } = this.engine.options;
-    const completed: CompletedRecord = {
-      state: 'completed',
-      fingerprint: record.fingerprint,
-      token: this.token,
-      createdAt: record.createdAt,
-      expiresAt: now() + ttl,
-      response,
-    };
-    flight.end({ record: completed });
+    const expiresAt = this.engine.options.now() + ttl;
+    flight.end(() => ({
+      record: {
+        state: 'completed',
+        fingerprint: record.fingerprint,
+        token: this.token,
+        createdAt: record.createdAt,
+        expiresAt,
+        response,
+      },
+    }));
   }
 
   /**
@@ -380,7 +380,7 @@ export class Lease {
       throw error;
     }
     if (ok) this.#flight?.end({ record: undefined });
-    if (ok) this.engine.emit({ type: 'released', key: this.key, scope: this.scope, status });
+    if (ok && this.engine.observed()) this.engine.emit({ type: 'released', key: this.key, scope: this.scope, status });
     else this.#loseLease('release');
     return ok;
   }
@@ -393,6 +393,11 @@ export class Engine {
   constructor(options: EngineOptions) {
     this.options = resolveEngineOptions(options);
     this.telemetry = new Telemetry(this.options.telemetry, this.options.store.name);
+  }
+
+  /** Whether an event would reach anyone (`onEvent`, a recording counter, a channel subscriber): else it is not even built. */
+  observed(): boolean {
+    return this.options.onEvent !== undefined || this.telemetry.observed();
   }
 
   emit(event: IdempotencyEvent): void {
@@ -409,19 +414,16 @@ export class Engine {
   }
 
   /** Run one store call within `storeTimeoutMs`; every failure becomes StoreUnavailableError. */
-  async call<T>(operation: IdempotencyEvent['operation'], run: () => Promise<T>): Promise<T> {
+  call<T>(operation: NonNullable<IdempotencyEvent['operation']>, run: () => Promise<T>): Promise<T> {
     const { storeTimeoutMs } = this.options;
-    const timedOut = `store ${operation} timed out after ${storeTimeoutMs} ms`;
-    try {
-      return await this.telemetry.storeCall(
-        operation!,
-        () => withTimeout(run(), storeTimeoutMs, timedOut),
-        (error) => error instanceof Error && error.message === timedOut,
-      );
-    } catch (error) {
-      throw isIdempotencyError(error) ? error : new StoreUnavailableError(error);
-    }
+    const message = (this.#timeoutMessages[operation] ??= `store ${operation} timed out after ${storeTimeoutMs} ms`);
+    return this.telemetry
+      .storeCall(operation, () => withTimeout(run(), storeTimeoutMs, message), (error) => error instanceof Error && error.message === message)
+      .catch(toStoreUnavailable);
   }
+
+  /** The timeout message of each store operation, made once. */
+  readonly #timeoutMessages: Partial<Record<NonNullable<IdempotencyEvent['operation']>, string>> = {};
 
   /**
    * Claim the key, or find what to do instead: replay, or throw a typed error
@@ -522,7 +524,7 @@ export class Engine {
       throw error;
     }
     if (result.claimed) {
-      this.emit({ type: 'claimed', key, scope });
+      if (this.observed()) this.emit({ type: 'claimed', key, scope });
       return { type: 'execute', lease: new Lease(this, key, scope, skey, token, flight, result.record) };
     }
     let record: IdempotencyRecord | undefined = result.record;
@@ -563,7 +565,7 @@ export class Engine {
       case 'wait':
         return 'wait';
       case 'replay':
-        this.emit({ type: 'replayed', key, scope, status: (record as CompletedRecord).response.status });
+        if (this.observed()) this.emit({ type: 'replayed', key, scope, status: (record as CompletedRecord).response.status });
         return { type: 'replay', record: record as CompletedRecord };
       case 'mismatch':
         flight?.end({ record });
@@ -655,6 +657,10 @@ export class Engine {
 }
 
 const isConflict = (error: unknown) => error instanceof IdempotencyConflictError;
+
+function toStoreUnavailable(error: unknown): never {
+  throw isIdempotencyError(error) ? error : new StoreUnavailableError(error);
+}
 
 function acquireOutcome(error: unknown): AcquireOutcome {
   if (error instanceof IdempotencyMismatchError) return 'mismatch';

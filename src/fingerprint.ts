@@ -22,7 +22,7 @@ type OneShotHash = (algorithm: string, data: string, encoding: 'base64url') => s
 const oneShot = (crypto as unknown as { hash?: OneShotHash }).hash;
 
 /** SHA-256 of a string, base64url. */
-const sha256 = (text: string): string =>
+export const sha256 = (text: string): string =>
   oneShot ? oneShot('sha256', text, 'base64url') : createHash('sha256').update(text).digest('base64url');
 
 /** Thrown inside the replacer when a value is not plain JSON data. */
@@ -31,6 +31,23 @@ const NOT_PLAIN: unique symbol = Symbol('not plain JSON data');
 function isPlainObject(value: object): value is Record<string, unknown> {
   const proto = Object.getPrototypeOf(value);
   return proto === Object.prototype || proto === null;
+}
+
+/** Sort in place by UTF-16 code units: an insertion sort for the few keys of most objects (no allocation). */
+function sortKeys(keys: string[]): void {
+  if (keys.length > 24) {
+    keys.sort();
+    return;
+  }
+  for (let i = 1; i < keys.length; i++) {
+    const key = keys[i]!;
+    let j = i - 1;
+    while (j >= 0 && keys[j]! > key) {
+      keys[j + 1] = keys[j]!;
+      j--;
+    }
+    keys[j + 1] = key;
+  }
 }
 
 /**
@@ -48,7 +65,7 @@ function canonicalObject(o: Record<string, unknown>): Record<string, unknown> {
     }
   }
   if (sorted) return o;
-  keys.sort();
+  sortKeys(keys);
   const copy: Record<string, unknown> = Object.create(null);
   for (let i = 0; i < keys.length; i++) copy[keys[i]!] = o[keys[i]!];
   return copy;

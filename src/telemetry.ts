@@ -125,9 +125,28 @@ function installed(): OpenTelemetryApi | null {
 interface Instruments {
   tracer: OtelTracer;
   api: OpenTelemetryApi;
+  /** Whether spans can be recorded: a tracer provider was passed, or a global one is registered. */
+  tracing: () => boolean;
+  /** Which instruments record: those of a meter provider with no SDK behind it do nothing, and are skipped. */
+  counting: boolean;
+  timingStore: boolean;
+  timingWait: boolean;
   events: ReturnType<OtelMeter['createCounter']>;
   storeDuration: ReturnType<OtelMeter['createHistogram']>;
   waitDuration: ReturnType<OtelMeter['createHistogram']>;
+}
+
+/** Whether an OpenTelemetry object is one of the API's no-ops (nothing registered behind it). */
+function isNoop(value: unknown): boolean {
+  const name = (value as { constructor?: { name?: unknown } } | null | undefined)?.constructor?.name;
+  return typeof name === 'string' && name.startsWith('Noop');
+}
+
+/** What the global tracer provider delegates to (the API's proxy hands out its delegate). */
+function globalTracerProvider(api: OpenTelemetryApi): unknown {
+  const provider = (api.trace as { getTracerProvider?: () => unknown }).getTracerProvider?.();
+  const delegate = (provider as { getDelegate?: () => unknown } | undefined)?.getDelegate?.();
+  return delegate ?? provider;
 }
 
 const eventChannel = channel(EVENT_CHANNEL);
@@ -182,9 +201,15 @@ export class Telemetry {
   #create(api: OpenTelemetryApi, options: TelemetryOptions): Instruments {
     const tracer = (options.tracerProvider ?? api.trace).getTracer(NAME) as OtelTracer;
     const meter = (options.meterProvider ?? api.metrics).getMeter(NAME) as OtelMeter;
-    return {
+    const instruments: Instruments = {
       api,
       tracer,
+      // The global tracer provider is a proxy until an SDK registers one: look each time
+      // (a property read), so spans start with the SDK whenever it comes.
+      tracing: options.tracerProvider ? () => true : () => !isNoop(globalTracerProvider(api)),
+      counting: true,
+      timingStore: true,
+      timingWait: true,
       events: meter.createCounter('idempotency.events', {
         description: 'Engine events by type: claimed (an execution), replayed, conflict, mismatch, released, store-error, …',
         unit: '{event}',
@@ -200,6 +225,16 @@ export class Telemetry {
         advice: { explicitBucketBoundaries: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30] },
       }),
     };
+    // Instruments of the API's no-op meter (no SDK when they were made) stay no-ops.
+    instruments.counting = !isNoop(instruments.events);
+    instruments.timingStore = !isNoop(instruments.storeDuration);
+    instruments.timingWait = !isNoop(instruments.waitDuration);
+    return instruments;
+  }
+
+  /** Whether an event would reach anyone: a recording counter or a channel subscriber. */
+  observed(): boolean {
+    return eventChannel.hasSubscribers || this.#otel()?.counting === true;
   }
 
   #scoped(attributes: Attributes, scope: string | undefined): Attributes {
@@ -210,7 +245,7 @@ export class Telemetry {
   /** Every engine event: the events counter and the event channel. */
   event(event: IdempotencyEvent): void {
     const otel = this.#otel();
-    if (otel) {
+    if (otel?.counting) {
       const attributes: Attributes = { 'idempotency.event.type': event.type, 'idempotency.store.name': this.#store };
       if (event.operation) attributes['idempotency.store.operation'] = event.operation;
       guard(() => otel.events.add(1, this.#scoped(attributes, event.scope)));
@@ -227,10 +262,12 @@ export class Telemetry {
 
   /** One store call, timed: a client span, the store duration histogram and the store channel. */
   async storeCall<T>(operation: NonNullable<IdempotencyEvent['operation']>, run: () => Promise<T>, isTimeout: (error: unknown) => boolean): Promise<T> {
-    const otel = this.#otel();
+    const instruments = this.#otel();
+    const tracing = instruments !== null && guard(instruments.tracing) === true;
+    const otel = instruments && (tracing || instruments.timingStore) ? instruments : null;
     if (!otel && !storeChannel.hasSubscribers) return run();
     const span = guard(() =>
-      otel?.tracer.startSpan(`idempotency.store ${operation}`, {
+      !tracing ? undefined : otel?.tracer.startSpan(`idempotency.store ${operation}`, {
         kind: SPAN_KIND_CLIENT,
         attributes: { 'idempotency.store.operation': operation, 'idempotency.store.name': this.#store },
       }),
@@ -246,7 +283,7 @@ export class Telemetry {
       throw error;
     } finally {
       const durationMs = performance.now() - started;
-      if (otel) {
+      if (otel?.timingStore) {
         guard(() =>
           otel.storeDuration.record(durationMs / 1000, {
             'idempotency.store.operation': operation,
@@ -279,7 +316,8 @@ export class Telemetry {
    * inside become its children when a context manager is registered.
    */
   async acquire<T extends { type: string }>(scope: string | undefined, run: () => Promise<T>, outcomeOf: (error: unknown) => AcquireOutcome): Promise<T> {
-    const otel = this.#otel();
+    const instruments = this.#otel();
+    const otel = instruments && guard(instruments.tracing) === true ? instruments : null;
     const span = otel
       ? guard(() =>
           otel.tracer.startSpan('idempotency.acquire', {
@@ -334,7 +372,7 @@ export class Telemetry {
     conflictOf: (error: unknown) => boolean,
   ): Promise<T> {
     const otel = this.#otel();
-    if (!otel) return run();
+    if (!otel?.timingWait) return run();
     const started = performance.now();
     let outcome: WaitOutcome = 'error';
     try {

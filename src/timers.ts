@@ -12,14 +12,20 @@ interface Deadline {
 /**
  * The pending deadlines of one duration, in the order they were set (so earliest first),
  * under one timer armed for the head: a call costs an array push, not a setTimeout and a
- * clearTimeout. The timer is cleared as soon as no deadline is pending, so a settled call
- * never keeps the process alive.
+ * clearTimeout. When no deadline is pending the timer is not cleared but unref'd (so a
+ * settled call never keeps the process alive) and left to fire once, harmlessly: a fast
+ * store settles every call before the next one starts, and re-arming a timer per call
+ * would cost what this queue saves.
  */
 class DeadlineQueue {
   readonly #items: Array<Deadline | undefined> = [];
   #head = 0;
   #pending = 0;
   #timer: NodeJS.Timeout | undefined;
+  /** Whether the timer keeps the process alive: only while a deadline is pending. */
+  #refed = false;
+  /** The setTimeout that armed the timer: a test that swaps in fake timers gets a timer of its own. */
+  #armedWith: typeof setTimeout | undefined;
   #armedFor: Deadline | undefined;
 
   constructor(readonly ms: number) {}
@@ -28,25 +34,33 @@ class DeadlineQueue {
     const deadline: Deadline = { at: Date.now() + this.ms, message, reject };
     this.#items.push(deadline);
     this.#pending++;
-    if (this.#timer === undefined) this.#arm();
+    if (this.#timer === undefined || this.#armedWith !== setTimeout) this.#arm();
+    else if (!this.#refed) {
+      this.#timer.ref();
+      this.#refed = true;
+    }
     return deadline;
   }
 
   settle(deadline: Deadline): void {
     if (deadline.reject === undefined) return;
     deadline.reject = undefined;
-    if (--this.#pending === 0) this.#reset();
+    if (--this.#pending === 0) this.#idle();
   }
 
-  #reset(): void {
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
-    this.#timer = undefined;
-    this.#armedFor = undefined;
+  /** Nothing pending: forget the settled deadlines and let the armed timer run out unref'd. */
+  #idle(): void {
     this.#items.length = 0;
     this.#head = 0;
+    if (this.#timer !== undefined && this.#refed) {
+      this.#timer.unref();
+      this.#refed = false;
+    }
   }
 
   #arm(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
     const items = this.#items;
     while (this.#head < items.length && items[this.#head]!.reject === undefined) items[this.#head++] = undefined;
     if (this.#head > 1024 && this.#head * 2 > items.length) {
@@ -56,7 +70,9 @@ class DeadlineQueue {
     const next = items[this.#head];
     if (next === undefined) return;
     this.#armedFor = next;
+    this.#armedWith = setTimeout;
     this.#timer = setTimeout(() => this.#fire(), Math.max(0, next.at - Date.now()));
+    this.#refed = true;
   }
 
   #fire(): void {
@@ -76,7 +92,7 @@ class DeadlineQueue {
       this.#pending--;
       reject(new Error(deadline.message));
     }
-    if (this.#pending === 0) this.#reset();
+    if (this.#pending === 0) this.#idle();
     else this.#arm();
   }
 }

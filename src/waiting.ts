@@ -45,11 +45,13 @@ export class Flight {
   owner: FlightOwner | undefined;
   /** When it learned that the key is in progress (it claimed it, or found it claimed). */
   inProgressSince: number | undefined;
-  readonly done: Promise<FlightOutcome>;
-  /** Settles at the first news: in progress, or ended. */
-  readonly news: Promise<unknown>;
-  #resolve!: (outcome: FlightOutcome) => void;
-  #heard!: () => void;
+  // The promises are made when a follower first asks for them: most flights (a request
+  // with no duplicate in this process) end unfollowed, and then cost no promise at all.
+  #done: Promise<FlightOutcome> | undefined;
+  #news: Promise<unknown> | undefined;
+  #resolve: ((outcome: FlightOutcome) => void) | undefined;
+  #heard: (() => void) | undefined;
+  #outcome: FlightOutcome;
   #ended = false;
 
   constructor(
@@ -57,12 +59,6 @@ export class Flight {
     readonly key: string,
     readonly fingerprint: string,
   ) {
-    this.done = new Promise((resolve) => {
-      this.#resolve = resolve;
-    });
-    this.news = new Promise<void>((resolve) => {
-      this.#heard = resolve;
-    });
     flights.set(key, this);
   }
 
@@ -70,18 +66,53 @@ export class Flight {
     return this.#ended;
   }
 
-  inProgress(since: number): void {
-    this.inProgressSince ??= since;
-    this.#heard();
+  /** Whether a request follows this flight (asked for `done` or `news`). */
+  get followed(): boolean {
+    return this.#done !== undefined || this.#news !== undefined;
   }
 
-  /** Settle the followers (first call wins) and let the next request for the key lead. */
-  end(outcome: FlightOutcome): void {
+  /** What it learned, once ended. */
+  get done(): Promise<FlightOutcome> {
+    if (this.#done === undefined) {
+      this.#done = this.#ended
+        ? Promise.resolve(this.#outcome)
+        : new Promise((resolve) => {
+            this.#resolve = resolve;
+          });
+    }
+    return this.#done;
+  }
+
+  /** Settles at the first news: in progress, or ended. */
+  get news(): Promise<unknown> {
+    if (this.#news === undefined) {
+      this.#news =
+        this.#ended || this.inProgressSince !== undefined
+          ? Promise.resolve()
+          : new Promise<void>((resolve) => {
+              this.#heard = resolve;
+            });
+    }
+    return this.#news;
+  }
+
+  inProgress(since: number): void {
+    this.inProgressSince ??= since;
+    this.#heard?.();
+  }
+
+  /**
+   * Settle the followers (first call wins) and let the next request for the key lead.
+   * `outcome` may be a function, called only when a request follows.
+   */
+  end(outcome: FlightOutcome | (() => FlightOutcome)): void {
     if (this.#ended) return;
     this.#ended = true;
     if (this.flights.get(this.key) === this) this.flights.delete(this.key);
-    this.#resolve(outcome);
-    this.#heard();
+    if (typeof outcome === 'function') outcome = this.followed ? outcome() : undefined;
+    this.#outcome = outcome;
+    this.#resolve?.(outcome);
+    this.#heard?.();
   }
 }
 

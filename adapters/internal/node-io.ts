@@ -341,6 +341,10 @@ export function captureStream(source: Readable, claim: HttpClaim, head: Omit<Cap
 
 /** The key header's lines, one entry per line, so repeated lines are spotted. */
 export function keyHeaderLines(req: IncomingMessage, headerName: string): string[] | string | undefined {
-  return req.headersDistinct?.[headerName] ?? req.headers[headerName];
+  const joined = req.headers[headerName];
+  // Node joins repeated lines with ", ": a value without a comma was one line, and the
+  // per-line view (built for every header at once) is only needed otherwise.
+  if (typeof joined === 'string' && !joined.includes(',')) return joined;
+  return req.headersDistinct?.[headerName] ?? joined;
 }
 
