@@ -417,9 +417,13 @@ export class Engine {
   call<T>(operation: NonNullable<IdempotencyEvent['operation']>, run: () => Promise<T>): Promise<T> {
     const { storeTimeoutMs } = this.options;
     const message = (this.#timeoutMessages[operation] ??= `store ${operation} timed out after ${storeTimeoutMs} ms`);
-    return this.telemetry
-      .storeCall(operation, () => withTimeout(run(), storeTimeoutMs, message), (error) => error instanceof Error && error.message === message)
-      .catch(toStoreUnavailable);
+    let pending: Promise<T>;
+    try {
+      pending = this.telemetry.storeCall(operation, () => withTimeout(run(), storeTimeoutMs, message), (error) => error instanceof Error && error.message === message);
+    } catch (error) {
+      pending = Promise.reject(error); // a store method that throws instead of rejecting
+    }
+    return pending.catch(toStoreUnavailable);
   }
 
   /** The timeout message of each store operation, made once. */

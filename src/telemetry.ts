@@ -261,11 +261,21 @@ export class Telemetry {
   }
 
   /** One store call, timed: a client span, the store duration histogram and the store channel. */
-  async storeCall<T>(operation: NonNullable<IdempotencyEvent['operation']>, run: () => Promise<T>, isTimeout: (error: unknown) => boolean): Promise<T> {
+  storeCall<T>(operation: NonNullable<IdempotencyEvent['operation']>, run: () => Promise<T>, isTimeout: (error: unknown) => boolean): Promise<T> {
     const instruments = this.#otel();
     const tracing = instruments !== null && guard(instruments.tracing) === true;
     const otel = instruments && (tracing || instruments.timingStore) ? instruments : null;
     if (!otel && !storeChannel.hasSubscribers) return run();
+    return this.#reportedStoreCall(operation, run, isTimeout, otel, tracing);
+  }
+
+  async #reportedStoreCall<T>(
+    operation: NonNullable<IdempotencyEvent['operation']>,
+    run: () => Promise<T>,
+    isTimeout: (error: unknown) => boolean,
+    otel: Instruments | null,
+    tracing: boolean,
+  ): Promise<T> {
     const span = guard(() =>
       !tracing ? undefined : otel?.tracer.startSpan(`idempotency.store ${operation}`, {
         kind: SPAN_KIND_CLIENT,

@@ -75,11 +75,20 @@ export interface TransactionResponse {
 /** How the HTTP layer runs `inTransaction` for one request (set by the middleware). */
 export type RequestTransaction = (work: (client: unknown) => Promise<HttpResponse>) => Promise<HttpResponse>;
 
+// Kept on the request object under a symbol (no WeakMap entry per request for the
+// collector to trace); a request object that cannot take a property uses the WeakMap.
+const REQUEST_TRANSACTION: unique symbol = Symbol('idempotency-kit.transaction');
 const requestTransactions = new WeakMap<object, RequestTransaction>();
 
 /** Called by the HTTP layer for every request it lets through to a handler. */
 export function registerRequestTransaction(raw: unknown, run: RequestTransaction): void {
-  if (typeof raw === 'object' && raw !== null) requestTransactions.set(raw, run);
+  if (typeof raw !== 'object' || raw === null) return;
+  if (Object.isExtensible(raw)) (raw as { [REQUEST_TRANSACTION]?: RequestTransaction })[REQUEST_TRANSACTION] = run;
+  else requestTransactions.set(raw, run);
+}
+
+function requestTransaction(req: object): RequestTransaction | undefined {
+  return (req as { [REQUEST_TRANSACTION]?: RequestTransaction })[REQUEST_TRANSACTION] ?? requestTransactions.get(req);
 }
 
 /** The response as it is stored and sent: body bytes, and a content type for JSON or text. */
@@ -126,7 +135,7 @@ export async function inTransaction<C = TransactionClient>(
   req: object,
   work: (client: C) => Promise<TransactionResponse>,
 ): Promise<HttpResponse> {
-  const run = typeof req === 'object' && req !== null ? requestTransactions.get(req) : undefined;
+  const run = typeof req === 'object' && req !== null ? requestTransaction(req) : undefined;
   if (!run) {
     throw new TypeError(
       'inTransaction(req) found no idempotency middleware for this request: pass the request object your handler got ' +

@@ -168,9 +168,8 @@ export function isClientAbort(error: unknown): boolean {
  */
 export function sendResponse(res: ServerResponse, response: HttpResponse): void {
   endAfterDrain(res.req, res);
-  res.statusCode = response.status;
-  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
-  res.setHeader('content-length', response.body.byteLength);
+  // writeHead keeps headers other middleware set already, and builds the head in one go.
+  res.writeHead(response.status, { ...response.headers, 'content-length': response.body.byteLength });
   res.end(response.body);
 }
 
@@ -198,8 +197,6 @@ function toBytes(chunk: unknown, encoding: unknown): Buffer | undefined {
  * client which has seen the response always gets the replay on retry.
  */
 export interface ResponseCapture {
-  /** Resolves once the response is stored (or released) and the final end went out. */
-  done: Promise<void>;
   /** Whether the handler has called `end`: from then on the outcome is the response. */
   readonly ended: boolean;
   /** Stop capturing (the handler failed before ending): the response methods are restored. */
@@ -210,12 +207,11 @@ export function captureResponse(res: ServerResponse, claim: HttpClaim): Response
   const recorder = new BodyRecorder(claim.maxResponseBytes);
   let headHeaders: OutgoingHttpHeaders = {};
   let finished = false;
-  let resolveDone!: () => void;
-  const done = new Promise<void>((resolve) => (resolveDone = resolve));
 
   const keep = (chunk: unknown, encoding: unknown) => {
     const bytes = toBytes(chunk, encoding);
-    if (bytes) recorder.add(bytes, true); // copy: the caller may reuse its buffer
+    // Copy what the caller may reuse (its buffer); a string's bytes were made here.
+    if (bytes) recorder.add(bytes, typeof chunk !== 'string');
   };
 
   const originalWriteHead = res.writeHead;
@@ -252,17 +248,12 @@ export function captureResponse(res: ServerResponse, claim: HttpClaim): Response
       body: recorder.bytes(),
     };
     detach();
-    claim
-      .finish(captured)
-      .finally(() => {
-        (originalEnd as (...a: unknown[]) => ServerResponse).apply(res, args);
-        resolveDone();
-      });
+    const send = () => (originalEnd as (...a: unknown[]) => ServerResponse).apply(res, args);
+    void claim.finish(captured).then(send, send);
     return res;
   } as ServerResponse['end'];
 
   return {
-    done,
     get ended() {
       return finished;
     },
