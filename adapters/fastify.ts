@@ -60,6 +60,12 @@ const fastifyDefaults: AdapterDefaults<FastifyRequest> = {
   scopeExample: '(request) => request.user.id',
 };
 
+/** The Content-Length of a request, when it has a valid one. */
+function declaredLength(value: string | undefined): number | undefined {
+  if (value === undefined || !/^\d+$/.test(value)) return undefined;
+  return Number(value);
+}
+
 async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptions): Promise<void> {
   // Options are checked now, at registration, not at the first request.
   const layer = new Idempotency<FastifyRequest>(options, fastifyDefaults);
@@ -87,6 +93,9 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
   // Count the body's bytes on the way to Fastify's parser, for `maxBodyBytes` (413).
   fastify.addHook('preParsing', async function idempotencyBodySize(request, _reply, payload) {
     if (!layerFor(request)?.covers(request.method)) return payload;
+    // A declared length is the body's length (Node's parser reads exactly that many
+    // bytes), so it is checked as it is; only a chunked body is counted on its way.
+    if (declaredLength(request.headers['content-length']) !== undefined) return payload;
     let size = 0;
     const counter = new Transform({
       transform(chunk: Buffer, _encoding, callback) {
@@ -117,7 +126,7 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
       headers: request.headers,
       keyHeaderLines: keyHeaderLines(request.raw, routed.headerName),
       body: () => {
-        const size = bodySizes.get(request)?.() ?? Number(request.headers['content-length'] ?? 0);
+        const size = bodySizes.get(request)?.() ?? declaredLength(request.headers['content-length']) ?? 0;
         if (size > routed.maxBodyBytes) throw new BodyTooLargeError(routed.maxBodyBytes);
         return request.body;
       },

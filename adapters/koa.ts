@@ -127,11 +127,12 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
       },
       raw: ctx,
     });
-    if (raw !== undefined) restoreBody(ctx.req, raw);
     if (decision.type === 'respond') {
       respond(ctx, decision.response);
       return;
     }
+    // The rest of the chain (a body parser after us) reads the body as if nobody had.
+    if (raw !== undefined) restoreBody(ctx.req, raw);
     if (decision.type === 'pass') {
       await next();
       return;
