@@ -50,6 +50,26 @@ export interface MemoryStoreOptions {
   map?: Map<string, IdempotencyRecord>;
 }
 
+/** What a completed record counts against `maxBytes`: its body, its headers, and 200 for the rest. */
+function recordBytes(response: StoredResponse): number {
+  let bytes = 200 + (response.body?.byteLength ?? 0);
+  for (const name in response.headers) {
+    const value = response.headers[name]!;
+    bytes += name.length + (typeof value === 'string' ? value.length : value.join('').length);
+  }
+  return bytes;
+}
+
+/** A copy the caller cannot change afterwards (header arrays too: their bytes are counted). */
+function copyHeaders(headers: StoredResponse['headers']): StoredResponse['headers'] {
+  const copy: StoredResponse['headers'] = {};
+  for (const name in headers) {
+    const value = headers[name]!;
+    copy[name] = typeof value === 'string' ? value : [...value];
+  }
+  return copy;
+}
+
 /** Create an in-memory store. */
 export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore {
   const maxEntries = options.maxEntries ?? 100_000;
@@ -71,43 +91,51 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     throw new TypeError('Expected `map` to be an empty Map');
   }
   const records = options.map ?? new Map<string, IdempotencyRecord>();
-  // The bytes each completed record counts, and the completed records in completion order
-  // (a queue read from `head`): eviction takes the oldest, O(1), never a processing
-  // record. An entry whose record was since deleted or replaced is stale and skipped; the
-  // queue is compacted when stale entries outnumber live ones. (A Map would keep the order
-  // too, but V8 leaves deleted entries in place until it rehashes, so finding the first
-  // live key after many evictions walks them all.)
-  const completed = new Map<string, number>();
-  let queue: { key: string; record: IdempotencyRecord }[] = [];
+  // The completed records in completion order, as flat [key, record] pairs in a queue read
+  // from `head`: eviction takes the oldest, O(1), never a processing record. A pair whose
+  // record was since deleted or replaced is stale and skipped; the queue is compacted when
+  // stale pairs outnumber live ones. (A Map would keep the order too, but V8 leaves deleted
+  // entries in place until it rehashes, so finding the first live key after many
+  // evictions walks them all.) Nothing else is kept per record: a record's bytes are
+  // computed again from it when it goes.
+  let queue: (string | IdempotencyRecord | undefined)[] = [];
   let head = 0;
+  let completedCount = 0;
   let completedBytes = 0;
 
   const forget = (key: string): void => {
+    const record = records.get(key);
+    if (record === undefined) return;
     records.delete(key);
-    const bytes = completed.get(key);
-    if (bytes !== undefined) {
-      completed.delete(key);
-      completedBytes -= bytes;
+    if (record.state === 'completed') {
+      completedCount--;
+      completedBytes -= recordBytes(record.response);
     }
   };
   const evictOldestCompleted = (): boolean => {
     while (head < queue.length) {
-      const entry = queue[head]!;
-      queue[head++] = undefined as never;
-      if (records.get(entry.key) === entry.record) {
-        forget(entry.key);
+      const key = queue[head] as string;
+      const record = queue[head + 1];
+      queue[head] = queue[head + 1] = undefined;
+      head += 2;
+      if (records.get(key) === record) {
+        forget(key);
         return true;
       }
     }
     return false;
   };
   const enqueue = (key: string, record: IdempotencyRecord): void => {
-    queue.push({ key, record });
-    const pending = queue.length - head;
-    if (pending > 1024 && pending > 2 * completed.size) {
-      queue = queue.slice(head).filter((entry) => records.get(entry.key) === entry.record);
+    queue.push(key, record);
+    const pending = (queue.length - head) / 2;
+    if (pending > 1024 && pending > 2 * completedCount) {
+      const live: (string | IdempotencyRecord | undefined)[] = [];
+      for (let i = head; i < queue.length; i += 2) {
+        if (records.get(queue[i] as string) === queue[i + 1]) live.push(queue[i], queue[i + 1]);
+      }
+      queue = live;
       head = 0;
-    } else if (head > 1024 && head * 2 > queue.length) {
+    } else if (head > 2048 && head * 2 > queue.length) {
       queue = queue.slice(head);
       head = 0;
     }
@@ -169,24 +197,19 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
       const record = owned(key, token);
       if (!record) return false;
       const body = response.body === null ? null : new Uint8Array(response.body);
-      let bytes = 200 + (body?.byteLength ?? 0);
-      for (const name in response.headers) {
-        const value = response.headers[name]!;
-        bytes += name.length + (typeof value === 'string' ? value.length : value.join('').length);
-      }
       const done: IdempotencyRecord = {
         state: 'completed',
         fingerprint: record.fingerprint,
         token,
         createdAt: record.createdAt,
         expiresAt: now() + ttlMs,
-        response: { status: response.status, headers: { ...response.headers }, body },
+        response: { status: response.status, headers: copyHeaders(response.headers), body },
       };
       records.set(key, done);
-      completed.set(key, bytes);
       enqueue(key, done);
-      completedBytes += bytes;
-      while (completedBytes > maxBytes && completed.size > 1) evictOldestCompleted();
+      completedCount++;
+      completedBytes += recordBytes(response);
+      while (completedBytes > maxBytes && completedCount > 1) evictOldestCompleted();
       return true;
     },
     async release(key: string, token: string) {
@@ -203,7 +226,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     async close() {
       if (timer) clearInterval(timer);
       records.clear();
-      completed.clear();
+      completedCount = 0;
       queue = [];
       head = 0;
       completedBytes = 0;

@@ -90,6 +90,35 @@ describe('memory store specifics', () => {
     await store.close();
   });
 
+  it('maxBytes: records deleted or expired give their bytes back, and a re-completed key counts once', async () => {
+    let t = Date.now();
+    const map = new Map();
+    const store = memoryStore({ map, maxBytes: 10_000, sweepIntervalMs: 0, now: () => t });
+    const req = (token: string) => ({ token, fingerprint: 'f', createdAt: t });
+    const response = { status: 200, headers: { 'content-type': 'application/octet-stream' }, body: new Uint8Array(1000) };
+    const put = async (key: string, token: string, ttl = 600_000) => {
+      expect((await store.claim(key, req(token), 60_000)).claimed).toBe(true);
+      expect(await store.complete(key, token, response, ttl)).toBe(true);
+    };
+    // 8 records of 1236 bytes fill 10 000; deleting 4 and expiring 4 frees all of it.
+    for (let i = 0; i < 4; i++) await put(`d${i}`, `d${i}`);
+    for (let i = 0; i < 4; i++) await put(`e${i}`, `e${i}`, 1000);
+    for (let i = 0; i < 4; i++) expect(await store.delete!(`d${i}`)).toBe(true);
+    t += 2000;
+    expect(await store.sweep!()).toBe(4);
+    // The same key completed again after it expired: one record, counted once.
+    await put('again', 'a1', 1000);
+    t += 2000;
+    await put('again', 'a2');
+    for (let i = 0; i < 7; i++) await put(`n${i}`, `n${i}`);
+    expect(map.size).toBe(8); // nothing evicted: 8 records fit
+    await put('n7', 'n7');
+    expect(map.size).toBe(8); // the ninth evicts the oldest live one
+    expect(await store.get('again')).toBeUndefined();
+    expect((await store.get('n0'))?.state).toBe('completed');
+    await store.close();
+  });
+
   it('S5: warns when NODE_ENV is production', async () => {
     vi.stubEnv('NODE_ENV', 'production');
     const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
