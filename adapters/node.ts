@@ -12,8 +12,9 @@
  * }, { store })).listen(3000);
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ParsedJsonBody } from '../src/fingerprint.js';
 import { Idempotency, type IdempotencyOptions } from '../src/http.js';
-import { captureResponse, isClientAbort, keyHeaderLines, parseBody, readBody, restoreBody, sendResponse } from './internal/node-io.js';
+import { captureResponse, isClientAbort, isJsonType, keyHeaderLines, parseBody, readBody, restoreBody, sendResponse } from './internal/node-io.js';
 
 /** The request a wrapped handler receives: the body is still readable, and parsed on `req.body`. */
 export type IdempotentRequest = IncomingMessage & { body?: unknown };
@@ -64,6 +65,7 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
       return;
     }
     let raw: Buffer | undefined;
+    let parsed: unknown;
     let decision;
     try {
       decision = await layer.begin({
@@ -73,6 +75,15 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
         keyHeaderLines: keyHeaderLines(req, layer.headerName),
         body: async () => {
           raw = await readBody(req, layer.maxBodyBytes);
+          // A JSON body is parsed once: for the fingerprint now, and for req.body.
+          if (raw.length > 0 && isJsonType(req.headers['content-type'])) {
+            try {
+              parsed = JSON.parse(raw.toString('utf8'));
+              return new ParsedJsonBody(parsed, raw);
+            } catch {
+              // Not valid JSON: fingerprinted by its bytes, and the handler decides what to answer.
+            }
+          }
           return raw;
         },
         raw: req,
@@ -90,7 +101,7 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
     // The handler runs: it reads the body as if nobody had (and finds it parsed on req.body).
     if (raw !== undefined) {
       restoreBody(req, raw);
-      (req as { body?: unknown }).body ??= parseBody(raw, req.headers['content-type']);
+      (req as { body?: unknown }).body ??= parsed !== undefined ? parsed : parseBody(raw, req.headers['content-type']);
     }
     if (decision.type === 'pass') {
       await handler(req, res);

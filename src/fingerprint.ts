@@ -239,6 +239,27 @@ function isJsonType(contentType: string | readonly string[] | undefined): boolea
   return type === 'application/json' || type.endsWith('+json');
 }
 
+const PARSED_JSON: unique symbol = Symbol.for('idempotency-kit.parsed-json-body') as never;
+
+/**
+ * A JSON body an adapter has parsed already (to hand the value to the handler): the
+ * fingerprint uses the value instead of parsing the same bytes again. Same text as the
+ * bytes would give; bytes that JSON cannot represent exactly (a number beyond a double)
+ * count by themselves, as they would.
+ */
+export class ParsedJsonBody {
+  /** Recognised by this brand, not `instanceof`: the CommonJS and ESM builds each have a copy of this class. */
+  readonly [PARSED_JSON] = true;
+  constructor(
+    readonly value: unknown,
+    readonly bytes: Uint8Array,
+  ) {}
+}
+
+function isParsedJsonBody(body: object): body is ParsedJsonBody {
+  return (body as { [PARSED_JSON]?: unknown })[PARSED_JSON] === true;
+}
+
 /**
  * The body's part of the fingerprint text. JSON (by content type) counts by its canonical
  * text, whether the adapter hands over raw bytes or an already parsed value, so key order
@@ -246,6 +267,14 @@ function isJsonType(contentType: string | readonly string[] | undefined): boolea
  */
 function bodyPart(body: unknown, json: boolean): string | Uint8Array {
   if (body === undefined || body === null) return '\u0000none';
+  if (typeof body === 'object' && isParsedJsonBody(body)) {
+    if (body.bytes.length === 0) return '\u0000none';
+    if (json) {
+      const canonical = stringify(body.value, parsedReplacer);
+      if (canonical !== undefined) return `\u0000json${canonical}`;
+    }
+    return body.bytes;
+  }
   if (typeof body === 'string' || body instanceof Uint8Array) {
     if (body.length === 0) return '\u0000none';
     if (json) {

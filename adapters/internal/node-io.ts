@@ -140,11 +140,17 @@ export function restoreBody(req: IncomingMessage, body: Buffer): void {
   req.push(null);
 }
 
+/** Whether a content type is JSON (`application/json` or `…+json`). */
+export function isJsonType(contentType: string | undefined): boolean {
+  const type = contentType?.split(';', 1)[0]!.trim().toLowerCase() ?? '';
+  return type === 'application/json' || type.endsWith('+json');
+}
+
 /** Parse a read body the way users expect on `req.body`: JSON, form, text or bytes. */
 export function parseBody(body: Buffer, contentType: string | undefined): unknown {
   if (body.length === 0) return undefined;
   const type = contentType?.split(';', 1)[0]!.trim().toLowerCase() ?? '';
-  if (type === 'application/json' || type.endsWith('+json')) {
+  if (isJsonType(contentType)) {
     try {
       return JSON.parse(body.toString('utf8'));
     } catch {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalJson, fingerprintRequest, hashValue } from '../../src/fingerprint.js';
+import { canonicalJson, fingerprintRequest, hashValue, ParsedJsonBody } from '../../src/fingerprint.js';
 
 const base = {
   method: 'POST',
@@ -19,6 +19,16 @@ describe('fingerprint (H14)', () => {
     const raw = Buffer.from('{ "currency":"EUR", "meta":{"z":1,"a":[1,2]},"amount":1000 }');
     expect(fp({ body: raw as never })).toBe(fp());
     expect(fp({ body: raw.toString() as never })).toBe(fp());
+  });
+
+  it('H14: a body the adapter parsed already gives the fingerprint its bytes give (big numbers and empty bodies too)', () => {
+    for (const text of ['{ "b": [1, {"y":2,"x":1}], "a": "é" }', '{"n": 1e400}', '{"n": 12345678901234567890123}', '[]', 'null', '"s"']) {
+      const bytes = Buffer.from(text);
+      expect(fp({ body: new ParsedJsonBody(JSON.parse(text), bytes) as never })).toBe(fp({ body: bytes as never }));
+    }
+    expect(fp({ body: new ParsedJsonBody(undefined, Buffer.alloc(0)) as never })).toBe(fp({ body: Buffer.alloc(0) as never }));
+    // A different body is a different fingerprint, parsed or not.
+    expect(fp({ body: new ParsedJsonBody({ a: 2 }, Buffer.from('{"a":2}')) as never })).not.toBe(fp({ body: Buffer.from('{"a":1}') as never }));
   });
 
   it('H14: array order, values and types matter', () => {
