@@ -4,6 +4,7 @@
  * (./handler.ts) and `GET /__stats`. Each builder returns a listening server.
  * @module
  */
+import { createHash } from 'node:crypto';
 import http, { type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
@@ -11,7 +12,7 @@ import type { IdempotencyStore } from '../src/store.js';
 import { placeOrder, statsSnapshot } from './handler.js';
 
 export type Adapter = 'node' | 'express' | 'fastify' | 'koa' | 'hono';
-export type Impl = 'bare' | 'ours' | 'express-idempotency' | 'node-idempotency';
+export type Impl = 'bare' | 'ours' | 'floor' | 'express-idempotency' | 'node-idempotency';
 
 export interface AppOptions {
   adapter: Adapter;
@@ -63,6 +64,35 @@ function closeServer(server: Server): Promise<void> {
 const stats = (o: AppOptions, url = '') =>
   JSON.stringify(statsSnapshot(o.extraStats?.(), new URLSearchParams(url.split('?')[1] ?? '').get('prefix') ?? ''));
 
+/**
+ * The floor: the least an idempotency layer does, written only to measure against (no
+ * lease, no fencing, no time bound, no canonical JSON, one process): read the body, SHA-256
+ * of method, path and raw body, look the key up in a Map (10,000 entries), run the
+ * handler, keep its answer, send it. What is left between it and the bare handler is the
+ * job itself on this machine.
+ */
+function floorLayer(): (req: IncomingMessage, res: ServerResponse) => Promise<void> {
+  const records = new Map<string, { fingerprint: string; response?: { status: number; body: string } }>();
+  return async (req, res) => {
+    const key = req.headers['idempotency-key'] as string;
+    const raw = await readAll(req);
+    const fingerprint = createHash('sha256').update(`${req.method} ${req.url}\0`).update(raw).digest('base64url');
+    const found = records.get(key);
+    if (found) {
+      if (found.fingerprint !== fingerprint) res.writeHead(422).end();
+      else if (!found.response) res.writeHead(409).end();
+      else res.writeHead(found.response.status, JSON_TYPE).end(found.response.body);
+      return;
+    }
+    const record: { fingerprint: string; response?: { status: number; body: string } } = { fingerprint };
+    records.set(key, record);
+    if (records.size > 10_000) records.delete(records.keys().next().value!);
+    const result = await placeOrder(req.headers, raw.length === 0 ? undefined : JSON.parse(raw.toString('utf8')));
+    record.response = result;
+    res.writeHead(result.status, JSON_TYPE).end(result.body);
+  };
+}
+
 async function nodeApp(o: AppOptions): Promise<RunningApp> {
   let orders: (req: IncomingMessage, res: ServerResponse) => Promise<void>;
   const handler = async (req: IncomingMessage & { body?: unknown }, res: ServerResponse) => {
@@ -75,7 +105,8 @@ async function nodeApp(o: AppOptions): Promise<RunningApp> {
   else if (o.impl === 'ours') {
     const { withIdempotency } = await import('../adapters/node.js');
     orders = withIdempotency(handler, { store: o.store!, scope: 'shared' });
-  } else throw new Error(`${o.impl} runs on express only`);
+  } else if (o.impl === 'floor') orders = floorLayer();
+  else throw new Error(`${o.impl} runs on express only`);
 
   const server = http.createServer((req, res) => {
     if (req.method === 'POST' && req.url === '/orders') {

@@ -11,7 +11,7 @@ import type { PairsReport } from './pairs.js';
 
 export interface Row extends LoadResult {
   adapter: string;
-  impl: 'bare' | 'ours' | 'express-idempotency' | 'node-idempotency';
+  impl: 'bare' | 'ours' | 'floor' | 'express-idempotency' | 'node-idempotency';
   store: string;
   scenario: Scenario;
   /** Handler executions during the measured window. */
@@ -62,6 +62,7 @@ export interface BenchResults {
 const IMPL_LABEL: Record<Row['impl'], string> = {
   bare: 'bare handler',
   ours: 'idempotency-kit',
+  floor: 'minimal Map layer (the floor)',
   'express-idempotency': 'express-idempotency@1.0.6',
   'node-idempotency': '@node-idempotency/core@1.0.11',
 };
@@ -162,9 +163,11 @@ export function targets(results: BenchResults): Target[] {
   for (const [adapter, scenario, atLeast] of httpTargets) {
     const row = find(adapter, 'ours', 'memory', scenario);
     const x = row && ratio(results, row);
+    const floor = find(adapter, 'floor', 'none', scenario);
+    const floorX = floor && ratio(results, floor);
     out.push({
       target: `${adapter} adapter, memory, ${SCENARIO_LABEL[scenario]} ≥ ${n2(atLeast)}× bare req/s`,
-      figure: x === undefined ? 'not measured' : `${n2(x)}×`,
+      figure: x === undefined ? 'not measured' : `${n2(x)}×${floorX === undefined ? '' : ` (floor: ${n2(floorX)}×)`}`,
       met: x === undefined ? undefined : x >= atLeast,
     });
   }
@@ -295,7 +298,7 @@ export function renderMarkdown(results: BenchResults): string {
   const header = ['store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'server CPU µs/req', 'peak RSS MiB', 'answers', 'double executions'];
   for (const adapter of [...new Set(results.rows.map((r) => r.adapter))]) {
     const bare = bareOf(results, adapter);
-    const rows = inStoreOrder(results.rows.filter((r) => r.adapter === adapter && (r.impl === 'ours' || r.impl === 'bare')));
+    const rows = inStoreOrder(results.rows.filter((r) => r.adapter === adapter && (r.impl === 'ours' || r.impl === 'bare' || r.impl === 'floor')));
     if (rows.length === 0) continue;
     out.push(`### ${adapter} adapter`);
     out.push('');
@@ -303,7 +306,11 @@ export function renderMarkdown(results: BenchResults): string {
       out.push(`Bare handler: ${bare.runs.map((r) => n0(r.reqPerSec)).join(' and ')} req/s (start and end of the block); ratios use the mean, ${n0(bare.reqPerSec)}.`);
       out.push('');
     }
-    out.push(table(header, rows.map((r) => rowCells(results, r, [r.impl === 'bare' ? '–' : r.store, SCENARIO_LABEL[r.scenario]]))));
+    out.push(table(header, rows.map((r) => rowCells(results, r, [r.impl === 'bare' ? '–' : r.impl === 'floor' ? 'floor (Map)' : r.store, SCENARIO_LABEL[r.scenario]]))));
+    if (rows.some((r) => r.impl === 'floor')) {
+      out.push('');
+      out.push('*floor (Map)*: a minimal layer written only for comparison (no lease, fencing, time bound or canonical JSON; SHA-256 of the raw body, a Map of 10,000 keys), so the gap between it and the bare handler is what the job itself costs on this machine.');
+    }
     out.push('');
   }
 
@@ -432,7 +439,7 @@ export function renderSvg(results: BenchResults): string {
   // idempotency-kit first (by adapter), then the peers on Express.
   const adapters = [...new Set(results.rows.map((r) => r.adapter))];
   const ours = adapters.flatMap((a) => inStoreOrder(results.rows.filter((r) => r.adapter === a && r.impl === 'ours')));
-  const ordered = [...ours, ...results.rows.filter((r) => r.impl !== 'ours' && r.impl !== 'bare')];
+  const ordered = [...ours, ...results.rows.filter((r) => r.impl !== 'ours' && r.impl !== 'bare' && r.impl !== 'floor')];
   for (const r of ordered) {
     const x = ratio(results, r);
     if (x === undefined) continue;

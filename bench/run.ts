@@ -207,7 +207,7 @@ function check(spec: Spec, label: string, r: LoadResult, executions: number, dou
   const fivexx = Object.entries(r.statusCodes).filter(([c]) => Number(c) >= 500);
   // A peer's 5xx is its measured behaviour (reported); ours fails the run.
   if (fivexx.length > 0 && isOurs(spec)) say(`5xx answers ${JSON.stringify(Object.fromEntries(fivexx))}`);
-  if (spec.impl === 'bare' || isOurs(spec)) {
+  if (spec.impl === 'bare' || spec.impl === 'floor' || isOurs(spec)) {
     const non2xx = Object.entries(r.statusCodes).filter(([c]) => Number(c) < 200 || Number(c) >= 300);
     const allowed = spec.scenario === 'storm' ? non2xx.filter(([c]) => c !== '409') : non2xx;
     if (allowed.length > 0) say(`unexpected answers ${JSON.stringify(Object.fromEntries(allowed))}`);
@@ -528,6 +528,10 @@ async function main(): Promise<void> {
         if (quick && adapter !== 'node' && scenario !== 'first') continue;
         push(await measure({ adapter, impl: 'ours', store, scenario, withBurst: scenario === 'storm' }));
       }
+    }
+    // The floor (a minimal Map-backed layer) beside the Node adapter: what the job costs here.
+    if (adapter === 'node' && !quick) {
+      for (const scenario of scenarios) if (scenario !== 'storm') push(await measure({ adapter, impl: 'floor', store: 'none', scenario }));
     }
     if (peerStores.length > 0) {
       // Ours and the peers take turns, `repeats` times each, and the median run (by req/s)
