@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
-import { context } from '@opentelemetry/api';
+import { context, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import {
   AggregationTemporality,
@@ -263,6 +263,23 @@ describe('telemetry: metrics and spans through the OpenTelemetry SDK', () => {
     }
     expect(otel.spans()).toEqual([]);
     expect(points(await otel.metrics(), 'idempotency.events')).toEqual([]);
+  });
+
+  it('with the API but no SDK registered nothing is traced, and an SDK registered later is picked up at the next call', async () => {
+    const otel = (current = sdk());
+    let n = 0;
+    const handle = idempotent(async () => ++n, { store: memoryStore(), key: () => `k${n}` });
+    expect(await handle()).toBe(1); // no global tracer provider yet: the API's no-op proxy
+    expect(otel.spans()).toEqual([]);
+    trace.setGlobalTracerProvider(otel.telemetry.tracerProvider);
+    try {
+      expect(await handle()).toBe(2);
+      const names = otel.spans().map((span) => span.name);
+      expect(names).toContain('idempotency.acquire');
+      expect(names).toContain('idempotency.store claim');
+    } finally {
+      trace.disable();
+    }
   });
 
   it('bad telemetry options are precise TypeErrors', () => {
