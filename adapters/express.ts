@@ -98,7 +98,7 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
     // res.json, res.send, res.redirect, res.sendFile and Express's error handler all end in
     // res.write / res.end: the response is stored (or released) whoever writes it.
     const capture = captureResponse(res, claim);
-    res.once('close', () => {
+    res.on('close', () => {
       // Closed before anything ended the response: the client left (the handler may still
       // finish and store its answer) or an error after the headers went out made
       // Express destroy the socket. Either way the claim now lives on its lease only.
