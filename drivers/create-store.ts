@@ -67,13 +67,20 @@ function maintained(store: IdempotencyStore, method: 'delete' | 'stats' | 'sweep
  */
 function lazyStore(driver: DriverDefinition, options: Record<string, unknown>): IdempotencyStore {
   let loaded: Promise<IdempotencyStore> | undefined;
-  const store = () => (loaded ??= importDriver(driver, async () => (await driver.load())(options)));
+  // The driver's store once loaded: the hot calls then go straight to it.
+  let ready: IdempotencyStore | undefined;
+  const store = () =>
+    (loaded ??= importDriver(driver, async () => {
+      const made = (await driver.load())(options);
+      ready = made;
+      return made;
+    }));
   return {
     name: driver.name,
-    claim: async (key: string, request: ClaimRequest, leaseMs: number) => (await store()).claim(key, request, leaseMs),
-    get: async (key: string) => (await store()).get(key),
+    claim: async (key: string, request: ClaimRequest, leaseMs: number) => (ready ?? (await store())).claim(key, request, leaseMs),
+    get: async (key: string) => (ready ?? (await store())).get(key),
     complete: async (key: string, token: string, response: StoredResponse, ttlMs: number) =>
-      (await store()).complete(key, token, response, ttlMs),
+      (ready ?? (await store())).complete(key, token, response, ttlMs),
     release: async (key: string, token: string) => (await store()).release(key, token),
     extend: async (key: string, token: string, leaseMs: number) => (await store()).extend(key, token, leaseMs),
     close: async () => {

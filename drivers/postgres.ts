@@ -150,7 +150,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function' || typeof pool.query !== 'function') {
       throw new TypeError(`Expected \`pool\` to be a pg Pool (new pg.Pool({ connectionString })), got ${String(pool)}`);
     }
-    query = async (text, values, name) => (await pool.query({ text, values, ...(name ? { name } : {}) })).rows as Row[];
+    query = async (text, values, name) => (await pool.query(name ? { name, text, values } : { text, values })).rows as Row[];
     connect = () => pool.connect();
     const settings = (pool as { options?: Record<string, unknown> }).options;
     if (settings && typeof settings === 'object') listenConfig = { ...settings };
@@ -178,7 +178,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
       return pool;
     };
     // Named statements are parsed and planned once per connection.
-    query = async (text, values, name) => (await open().query({ text, values, ...(name ? { name } : {}) })).rows;
+    query = async (text, values, name) => (await open().query(name ? { name, text, values } : { text, values })).rows;
     listenConfig = { connectionString: url };
     connect = () => open().connect();
     end = async () => {
@@ -193,7 +193,8 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
       listenConfig = { ...pool, ...(typeof uri === 'string' ? { connectionString: uri } : {}) };
     }
   }
-  const run: Query = (text, values, name) => withTimeout(query(text, values, name), timeoutMs, `idempotency-kit: PostgreSQL did not answer within ${timeoutMs} ms`);
+  const late = `idempotency-kit: PostgreSQL did not answer within ${timeoutMs} ms`;
+  const run: Query = (text, values, name) => withTimeout(query(text, values, name), timeoutMs, late);
 
   const quoted = table
     .split('.')
@@ -204,6 +205,12 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   // with different tables on one pool never share a plan.
   const tableTag = createHash('sha1').update(table).digest('hex').slice(0, 12);
   const statement = (op: string) => `idempotency_kit_${op}_${tableTag}`;
+  const CLAIM_NAME = statement('claim');
+  const GET_NAME = statement('get');
+  const COMPLETE_NAME = statement('complete');
+  const RELEASE_NAME = statement('release');
+  const EXTEND_NAME = statement('extend');
+  const SWEEP_NAME = statement('sweep');
   // The database clock, in epoch ms: one clock for every host, so leases are fair.
   const NOW = `(extract(epoch from statement_timestamp()) * 1000)::bigint`;
   const COLUMNS = 'state, fingerprint, token, created_at, expires_at, status, headers, body';
@@ -289,7 +296,7 @@ SELECT count(*)::int AS n FROM swept`;
     return schema;
   };
   const exec = run;
-  const changed = async (text: string, values: unknown[], op: string) => (await exec(text, values, statement(op))).length === 1;
+  const changed = async (text: string, values: unknown[], name: string) => (await exec(text, values, name)).length === 1;
   // For the transaction path: `key` as the store's methods receive it (not hashed).
   const completeValues = (key: string, token: string, response: StoredResponse, ttlMs: number) => [
     sqlKey(key),
@@ -310,23 +317,23 @@ SELECT count(*)::int AS n FROM swept`;
       async claim(key, request, leaseMs) {
         // A loser whose conflicting row was committed after this statement's snapshot sees
         // no row in the same round trip; the shared shape then reads it.
-        const [row] = await exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, leaseMs], statement('claim'));
+        const [row] = await exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, leaseMs], CLAIM_NAME);
         return row ? { claimed: row.claimed === true, row } : { claimed: false };
       },
       async get(key) {
-        const [row] = await exec(GET, [key], statement('get'));
+        const [row] = await exec(GET, [key], GET_NAME);
         return row;
       },
       complete: (key, token, completion) =>
         changed(
           COMPLETE,
           [key, token, completion.ttlMs, completion.status, completion.headers, completion.body, notifyPayload(completion.storageKey)],
-          'complete',
+          COMPLETE_NAME,
         ),
-      release: (key, token, storageKey) => changed(RELEASE, [key, token, notifyPayload(storageKey)], 'release'),
-      extend: (key, token, leaseMs) => changed(EXTEND, [key, token, leaseMs], 'extend'),
+      release: (key, token, storageKey) => changed(RELEASE, [key, token, notifyPayload(storageKey)], RELEASE_NAME),
+      extend: (key, token, leaseMs) => changed(EXTEND, [key, token, leaseMs], EXTEND_NAME),
       async sweep(limit) {
-        const [row] = await exec(SWEEP, [limit], statement('sweep'));
+        const [row] = await exec(SWEEP, [limit], SWEEP_NAME);
         return row?.n ?? 0;
       },
       // Maintenance (the command line): any state, any owner.

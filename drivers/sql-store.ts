@@ -95,23 +95,33 @@ export function checkSqlOptions(
   return { table, timeoutMs, sweepIntervalMs, sweepBatchSize };
 }
 
+// Rows whose headers arrive parsed (jsonb, or none yet) map as they are, without a copy.
 const toRecord = (row: SqlRow): IdempotencyRecord =>
-  recordFromRow({ ...row, headers: typeof row.headers === 'string' ? (JSON.parse(row.headers) as SqlRecordRow['headers']) : row.headers });
+  recordFromRow(
+    typeof row.headers === 'string' ? { ...row, headers: JSON.parse(row.headers) as SqlRecordRow['headers'] } : (row as SqlRecordRow),
+  );
 
 /** An {@link IdempotencyStore} over a dialect. */
 export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): IdempotencyStore {
   let closed = false;
   let ready: Promise<void> | undefined;
+  // Set once the set-up succeeded (cleared if it is redone): calls then skip awaiting it.
+  let isSetUp = false;
   const setUp = (): Promise<void> => {
     if (closed) return Promise.reject(new Error(`idempotency-kit: the ${dialect.label} store is closed`));
-    ready ??= dialect.setUp().catch((error: unknown) => {
-      ready = undefined; // the next call tries again (the server may be back, a directory fixed)
-      throw error;
-    });
+    ready ??= dialect.setUp().then(
+      () => {
+        isSetUp = true;
+      },
+      (error: unknown) => {
+        ready = undefined; // the next call tries again (the server may be back, a directory fixed)
+        throw error;
+      },
+    );
     return ready;
   };
   const run = async <T>(statement: () => Promise<T>): Promise<T> => {
-    await setUp();
+    if (!isSetUp || closed) await setUp();
     return statement();
   };
 

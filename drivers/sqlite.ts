@@ -76,7 +76,8 @@ export interface SqliteStoreOptions {
   synchronous?: 'normal' | 'full';
 }
 
-type Query = (sql: string, params: unknown[]) => Promise<SqlRow[]>;
+/** `keep`: prepare the statement on first use and keep it (the multi-row forms). */
+type Query = (sql: string, params: unknown[], keep?: boolean) => Promise<SqlRow[]>;
 
 /**
  * The file path in a `sqlite://` URL. Not parsed with `URL`: `sqlite://:memory:` and
@@ -124,18 +125,28 @@ export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {
     ) WITHOUT ROWID`,
     `CREATE INDEX IF NOT EXISTS "${table}_expires_at_idx" ON ${quoted} (expires_at)`,
   ];
-  const CLAIM = `INSERT INTO ${quoted} (key, state, fingerprint, token, created_at, expires_at)
-VALUES (?, 'processing', ?, ?, ?, ?)
+  // Claims and completions take any number of rows: calls that arrive while one of these
+  // statements runs go together in the next (one write lock, one commit); see `batched`.
+  const rows = (n: number, row: string) => Array.from({ length: n }, () => row).join(', ');
+  const claimSql = (n: number) => `INSERT INTO ${quoted} (key, state, fingerprint, token, created_at, expires_at)
+VALUES ${rows(n, "(?, 'processing', ?, ?, ?, ?)")}
 ON CONFLICT (key) DO UPDATE
   SET state = 'processing', fingerprint = excluded.fingerprint, token = excluded.token,
       created_at = excluded.created_at, expires_at = excluded.expires_at,
       status = NULL, headers = NULL, body = NULL
   WHERE ${quoted}.expires_at <= ?
-RETURNING ${COLUMNS}`;
+RETURNING key`;
   const GET = `SELECT ${COLUMNS} FROM ${quoted} WHERE key = ? AND expires_at > ?`;
   const OWNED = `key = ? AND token = ? AND state = 'processing' AND expires_at > ?`;
-  const COMPLETE = `UPDATE ${quoted} SET state = 'completed', expires_at = ?, status = ?, headers = ?, body = ?
-WHERE ${OWNED} RETURNING 1 AS n`;
+  // Each row's key and token must match a live processing row (a primary-key lookup per row).
+  const completeSql = (n: number) => `WITH done (k, t, e, s, h, b) AS (VALUES ${rows(n, '(?, ?, ?, ?, ?, ?)')})
+UPDATE ${quoted} SET state = 'completed', expires_at = done.e, status = done.s, headers = done.h, body = done.b
+FROM done WHERE ${quoted}.key = done.k AND ${quoted}.token = done.t AND ${quoted}.state = 'processing' AND ${quoted}.expires_at > ?
+RETURNING key`;
+  const claimTexts: string[] = [];
+  const completeTexts: string[] = [];
+  const CLAIM = (claimTexts[1] = claimSql(1));
+  const COMPLETE = (completeTexts[1] = completeSql(1));
   const RELEASE = `DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ? WHERE ${OWNED} RETURNING 1 AS n`;
   // One statement holds the write lock throughout, so a row taken over between the
@@ -147,7 +158,11 @@ WHERE ${OWNED} RETURNING 1 AS n`;
   let query: Query | undefined;
   let opening: Promise<unknown> | undefined;
   let database: sqlite3.Database | undefined;
+  // Prepared statements by their text: the hot ones, and each multi-row size once used.
   const statements = new Map<string, sqlite3.Statement>();
+  const preparing = new Map<string, Promise<sqlite3.Statement>>();
+  // Multi-row claims and completions run on the store's own connection (prepared per size).
+  let batches = false;
   const open = async (): Promise<void> => {
     let run: Query;
     if (file !== undefined) {
@@ -191,22 +206,37 @@ WHERE ${OWNED} RETURNING 1 AS n`;
     for (const statement of SCHEMA) await setUp(statement);
     if (database !== undefined) {
       const db = database;
-      for (const sql of [CLAIM, GET, COMPLETE, RELEASE, EXTEND, SWEEP]) {
-        statements.set(
-          sql,
-          await new Promise<sqlite3.Statement>((resolve, reject) => {
-            const prepared: sqlite3.Statement = db.prepare(sql, (error: Error | null) => (error ? reject(error) : resolve(prepared)));
-          }),
-        );
-      }
-      run = (sql, params) =>
-        new Promise((resolve, reject) => {
-          const done = (error: Error | null, rows: SqlRow[]) => (error ? reject(error) : resolve(rows));
-          const prepared = statements.get(sql);
-          // The hot statements are prepared once; maintenance (delete, stats) runs as it comes.
-          if (prepared) prepared.all(params, done);
-          else db.all(sql, params, done);
+      const prepare = (sql: string) => {
+        let statement = preparing.get(sql);
+        if (statement === undefined) {
+          statement = new Promise<sqlite3.Statement>((resolve, reject) => {
+            const prepared: sqlite3.Statement = db.prepare(sql, (error: Error | null) => {
+              if (error) {
+                preparing.delete(sql);
+                reject(error);
+              } else {
+                statements.set(sql, prepared);
+                resolve(prepared);
+              }
+            });
+          });
+          preparing.set(sql, statement);
+        }
+        return statement;
+      };
+      await Promise.all([CLAIM, GET, COMPLETE, RELEASE, EXTEND, SWEEP].map(prepare));
+      const all = (statement: sqlite3.Statement, params: unknown[]) =>
+        new Promise<SqlRow[]>((resolve, reject) => {
+          statement.all(params, (error: Error | null, rows: SqlRow[]) => (error ? reject(error) : resolve(rows)));
         });
+      const unprepared = run;
+      run = (sql, params, keep) => {
+        // The hot statements are prepared once; maintenance (delete, stats) runs as it comes.
+        const statement = statements.get(sql);
+        if (statement) return all(statement, params);
+        return keep ? prepare(sql).then((prepared) => all(prepared, params)) : unprepared(sql, params);
+      };
+      batches = true;
     }
     query = run;
   };
@@ -214,12 +244,35 @@ WHERE ${OWNED} RETURNING 1 AS n`;
     const db = database;
     database = undefined;
     if (db === undefined) return;
-    await Promise.all([...statements.values()].map((statement) => new Promise((resolve) => statement.finalize(() => resolve(undefined)))));
+    batches = false;
+    const prepared = await Promise.all([...preparing.values()].map((statement) => statement.catch(() => undefined)));
+    preparing.clear();
     statements.clear();
+    await Promise.all(prepared.map((statement) => statement && new Promise((resolve) => statement.finalize(() => resolve(undefined)))));
     await new Promise((resolve) => db.close(() => resolve(undefined)));
   };
-  const exec: Query = (sql, params) => query!(sql, params);
+  const exec: Query = (sql, params, keep) => query!(sql, params, keep);
   const changed = async (sql: string, params: unknown[]) => (await exec(sql, params)).length === 1;
+  // Each call's times come from the clock when its statement runs.
+  const claimRows = (calls: ClaimCall[]) => {
+    const now = Date.now();
+    const params: unknown[] = [];
+    for (const call of calls) {
+      call.expiresAt = now + call.leaseMs;
+      params.push(call.key, call.fingerprint, call.token, call.createdAt, call.expiresAt);
+    }
+    params.push(now);
+    return exec((claimTexts[calls.length] ??= claimSql(calls.length)), params, true);
+  };
+  const completeRows = (calls: CompleteCall[]) => {
+    const now = Date.now();
+    const params: unknown[] = [];
+    for (const call of calls) params.push(call.key, call.token, now + call.ttlMs, call.status, call.headers, call.body);
+    params.push(now);
+    return exec((completeTexts[calls.length] ??= completeSql(calls.length)), params, true);
+  };
+  const claimBatched = batched(claimRows, MAX_BATCH);
+  const completeBatched = batched(completeRows, MAX_BATCH);
 
   return sqlStore(
     {
@@ -235,23 +288,32 @@ WHERE ${OWNED} RETURNING 1 AS n`;
         return attempt;
       },
       async claim(key, request, leaseMs) {
-        // A key already live is answered by a read, which WAL runs beside the writer: losers
-        // (duplicates) never queue for the write lock that owners need for their completions.
-        // The read is a committed snapshot, so the answer is as atomic as the upsert's.
-        const [live] = await exec(GET, [key, Date.now()]);
-        if (live) return { claimed: false, row: live };
-        const now = Date.now();
-        const [row] = await exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, now + leaseMs, now]);
-        // Lost: the shared shape reads the live record (SQLite is in-process, no round trip).
-        return row ? { claimed: true, row } : { claimed: false };
+        // One statement for a first execution. A key already live gets no row back (the
+        // upsert's WHERE leaves it untouched) and the shared shape reads the live record:
+        // a second statement only on the contended path, in-process (no round trip).
+        const call: ClaimCall = { key, fingerprint: request.fingerprint, token: request.token, createdAt: request.createdAt, leaseMs, expiresAt: 0 };
+        const won = batches ? await claimBatched(call) : (await claimRows([call])).length === 1;
+        if (!won) return { claimed: false };
+        // The row as written: every value is one this call bound.
+        const row: SqlRow = {
+          state: 'processing',
+          fingerprint: call.fingerprint,
+          token: call.token,
+          created_at: call.createdAt,
+          expires_at: call.expiresAt,
+          status: null,
+          headers: null,
+          body: null,
+        };
+        return { claimed: true, row };
       },
       async get(key) {
         const [row] = await exec(GET, [key, Date.now()]);
         return row;
       },
-      complete(key, token, completion) {
-        const now = Date.now();
-        return changed(COMPLETE, [now + completion.ttlMs, completion.status, completion.headers, completion.body, key, token, now]);
+      async complete(key, token, completion) {
+        const call: CompleteCall = { key, token, ttlMs: completion.ttlMs, status: completion.status, headers: completion.headers, body: completion.body };
+        return batches ? completeBatched(call) : (await completeRows([call])).length === 1;
       },
       release: (key, token) => changed(RELEASE, [key, token, Date.now()]),
       extend(key, token, leaseMs) {
@@ -278,4 +340,83 @@ FROM ${quoted} GROUP BY 1`,
     },
     { sweepIntervalMs, sweepBatchSize },
   );
+}
+
+interface ClaimCall {
+  key: string;
+  fingerprint: string;
+  token: string;
+  createdAt: number;
+  leaseMs: number;
+  /** Set when its statement runs. */
+  expiresAt: number;
+}
+
+interface CompleteCall {
+  key: string;
+  token: string;
+  ttlMs: number;
+  status: number;
+  headers: string;
+  body: Buffer | null;
+}
+
+/** Most rows in one multi-row claim or completion (each size is prepared once, when first used). */
+const MAX_BATCH = 32;
+
+/**
+ * Calls of one kind as multi-row statements, one statement at a time: the first call of a
+ * quiet moment runs at once, and calls that arrive while it runs wait and go together in
+ * the next (one write lock, one commit for all of them). Keys are distinct within one
+ * statement, so that each row's outcome is its own; `run` returns the keys it changed.
+ * A call waits at most for the statement before its own, each bounded by the busy timeout.
+ */
+function batched<T extends { key: string }>(run: (calls: T[]) => Promise<SqlRow[]>, max: number): (call: T) => Promise<boolean> {
+  type Waiting = { call: T; resolve: (changed: boolean) => void; reject: (error: unknown) => void };
+  let queue: Waiting[] = [];
+  let running = false;
+  const settle = async (batch: Waiting[]): Promise<void> => {
+    try {
+      const rows = (await run(batch.map((waiting) => waiting.call))) as unknown as Array<{ key: string }>;
+      if (batch.length === 1) {
+        batch[0]!.resolve(rows.length === 1);
+        return;
+      }
+      const changed = new Set(rows.map((row) => row.key));
+      for (const waiting of batch) waiting.resolve(changed.has(waiting.call.key));
+    } catch (error) {
+      // A failed statement changed nothing. One bad row must not fail the others: they run
+      // alone, unless the file was locked past the busy timeout (they would wait again).
+      if (batch.length === 1 || (error as { code?: unknown }).code === 'SQLITE_BUSY') {
+        for (const waiting of batch) waiting.reject(error);
+      } else {
+        await Promise.all(batch.map((waiting) => settle([waiting])));
+      }
+    }
+  };
+  const drain = async (): Promise<void> => {
+    running = true;
+    while (queue.length > 0) {
+      let batch = queue;
+      queue = [];
+      if (batch.length > 1) {
+        const keys = new Set<string>();
+        const now: Waiting[] = [];
+        for (const waiting of batch) {
+          if (now.length < max && !keys.has(waiting.call.key)) {
+            keys.add(waiting.call.key);
+            now.push(waiting);
+          } else queue.push(waiting);
+        }
+        batch = now;
+      }
+      await settle(batch);
+    }
+    running = false;
+  };
+  return (call) =>
+    new Promise<boolean>((resolve, reject) => {
+      queue.push({ call, resolve, reject });
+      if (!running) void drain();
+    });
 }

@@ -98,6 +98,58 @@ describe('sqlite store specifics', () => {
     await store.close();
   });
 
+  it('S1/S2: concurrent claims and completions (run together as multi-row statements) each keep their own outcome', async () => {
+    const store = sqliteStore({ url: `sqlite://${path.join(dir, 'batched.db')}`, sweepIntervalMs: 0 });
+    const keys = Array.from({ length: 40 }, (_, k) => `key-${k}`);
+    // Five claims per key at once, keys interleaved: the same key often lands in one batch.
+    const claims = await Promise.all(
+      Array.from({ length: 5 }, (_, i) => keys.map(async (key) => ({ key, token: `${key}-t${i}`, result: await store.claim(key, claimOf(`${key}-t${i}`), 5000) }))).flat(),
+    );
+    const owners = new Map<string, string>();
+    for (const { key, token, result } of claims) {
+      if (result.claimed) {
+        expect(owners.has(key)).toBe(false);
+        owners.set(key, token);
+        expect(result.record).toMatchObject({ state: 'processing', token, fingerprint: 'fp' });
+      }
+    }
+    expect(owners.size).toBe(keys.length);
+    for (const { key, result } of claims) if (!result.claimed) expect(result.record.token).toBe(owners.get(key));
+    // Owners and fenced-out callers complete at once: only owners' tokens take effect.
+    const response = (key: string) => ({ status: 201, headers: { 'x-key': key }, body: new TextEncoder().encode(key) });
+    const done = await Promise.all(
+      keys.flatMap((key) => [
+        store.complete(key, 'not-the-owner', response('intruder'), 60_000),
+        store.complete(key, owners.get(key)!, response(key), 60_000),
+      ]),
+    );
+    expect(done).toEqual(keys.flatMap(() => [false, true]));
+    for (const key of keys) {
+      const record = await store.get(key);
+      expect(record?.state === 'completed' && { token: record.token, headers: record.response.headers, body: new TextDecoder().decode(record.response.body!) }).toEqual({
+        token: owners.get(key),
+        headers: { 'x-key': key },
+        body: key,
+      });
+    }
+    await store.close();
+  });
+
+  it('S1/S4: a claim that fails fails alone, not the concurrent claims that ran in its statement', async () => {
+    const store = sqliteStore({ url: 'sqlite://:memory:', sweepIntervalMs: 0 });
+    await store.claim('warm-up', claimOf('t'), 5000);
+    const results = await Promise.allSettled([
+      store.claim('a', claimOf('ta'), 5000),
+      store.claim('bad', { token: 'tb', fingerprint: null as never, createdAt: Date.now() }, 5000),
+      store.claim('c', claimOf('tc'), 5000),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+    expect((results[1] as PromiseRejectedResult).reason).toMatchObject({ code: 'SQLITE_CONSTRAINT' });
+    expect(await store.get('a')).toMatchObject({ token: 'ta' });
+    expect(await store.get('bad')).toBeUndefined();
+    await store.close();
+  });
+
   it('S3: the sweep deletes expired rows in batches and never a live one', async () => {
     const file = path.join(dir, 'sweep.db');
     const store = sqliteStore({ url: `sqlite://${file}`, sweepIntervalMs: 100, sweepBatchSize: 2 });
