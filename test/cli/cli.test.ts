@@ -272,8 +272,8 @@ describe('cli usage and failures', () => {
         const run = await cli([...command, '--store', url(), '--timeout', '1000', '--json']);
         expect(run.code, command[0]).toBe(3);
         expect(json(run)).toMatchObject({ error: { code: 'store-unavailable' } });
-        // 1 s per store call, plus process start; far below a hang.
-        expect(run.ms, command[0]).toBeLessThan(8000);
+        // 1 s per store call, plus process start (seconds on a loaded machine); far below a hang.
+        expect(run.ms, command[0]).toBeLessThan(15_000);
       }
     });
   });
