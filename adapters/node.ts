@@ -12,9 +12,9 @@
  * }, { store })).listen(3000);
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ParsedJsonBody } from '../src/fingerprint.js';
+import { isJsonType, ParsedJsonBody } from '../src/fingerprint.js';
 import { Idempotency, type IdempotencyOptions } from '../src/http.js';
-import { captureResponse, isClientAbort, isJsonType, keyHeaderLines, parseBody, readBody, restoreBody, sendResponse } from './internal/node-io.js';
+import { captureResponse, isClientAbort, keyHeaderLines, parseBody, readBody, restoreBody, sendResponse } from './internal/node-io.js';
 
 /** The request a wrapped handler receives: the body is still readable, and parsed on `req.body`. */
 export type IdempotentRequest = IncomingMessage & { body?: unknown };

@@ -232,7 +232,8 @@ export interface FingerprintInput {
   custom?: unknown;
 }
 
-function isJsonType(contentType: string | readonly string[] | undefined): boolean {
+/** Whether a content type is JSON (`application/json` or `…+json`); of a repeated header, the first. */
+export function isJsonType(contentType: string | readonly string[] | undefined): boolean {
   const value = Array.isArray(contentType) ? contentType[0] : contentType;
   if (typeof value !== 'string') return false;
   const type = value.split(';', 1)[0]!.trim().toLowerCase();

@@ -8,6 +8,7 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { Readable, Transform } from 'node:stream';
 import { BodyTooLargeError } from '../../src/errors.js';
+import { isJsonType } from '../../src/fingerprint.js';
 import { BodyRecorder } from './body-recorder.js';
 import type { CapturedResponse, HttpClaim, HttpRequestInfo } from '../../src/http.js';
 import type { HttpResponse } from '../../src/problem.js';
@@ -140,16 +141,9 @@ export function restoreBody(req: IncomingMessage, body: Buffer): void {
   req.push(null);
 }
 
-/** Whether a content type is JSON (`application/json` or `…+json`). */
-export function isJsonType(contentType: string | undefined): boolean {
-  const type = contentType?.split(';', 1)[0]!.trim().toLowerCase() ?? '';
-  return type === 'application/json' || type.endsWith('+json');
-}
-
 /** Parse a read body the way users expect on `req.body`: JSON, form, text or bytes. */
 export function parseBody(body: Buffer, contentType: string | undefined): unknown {
   if (body.length === 0) return undefined;
-  const type = contentType?.split(';', 1)[0]!.trim().toLowerCase() ?? '';
   if (isJsonType(contentType)) {
     try {
       return JSON.parse(body.toString('utf8'));
@@ -157,6 +151,7 @@ export function parseBody(body: Buffer, contentType: string | undefined): unknow
       return body; // not valid JSON: the handler decides what to answer
     }
   }
+  const type = contentType?.split(';', 1)[0]!.trim().toLowerCase() ?? '';
   if (type === 'application/x-www-form-urlencoded') return Object.fromEntries(new URLSearchParams(body.toString('utf8')));
   if (type.startsWith('text/')) return body.toString('utf8');
   return body;
