@@ -379,9 +379,10 @@ export class Lease {
       this.#flight?.end(undefined);
       throw error;
     }
-    if (ok) this.#flight?.end({ record: undefined });
-    if (ok && this.engine.observed()) this.engine.emit({ type: 'released', key: this.key, scope: this.scope, status });
-    else this.#loseLease('release');
+    if (ok) {
+      this.#flight?.end({ record: undefined });
+      if (this.engine.observed()) this.engine.emit({ type: 'released', key: this.key, scope: this.scope, status });
+    } else this.#loseLease('release');
     return ok;
   }
 }

@@ -39,6 +39,19 @@ describe('engine', () => {
     expect(types()).toEqual(['claimed', 'completed', 'replayed']);
   });
 
+  it('H6/H18: with nothing observing events, a release and a completion leave the lease not lost (events are skipped, not the outcome)', async () => {
+    const engine = new Engine({ store: memoryStore({ sweepIntervalMs: 0 }), telemetry: false });
+    const released = await engine.acquire('r', undefined, 'fp');
+    if (released.type !== 'execute') throw new Error('expected execute');
+    expect(await released.lease.release()).toBe(true);
+    expect(released.lease.lost).toBe(false);
+    const completed = await engine.acquire('c', undefined, 'fp');
+    if (completed.type !== 'execute') throw new Error('expected execute');
+    expect(await completed.lease.complete(response())).toBe(true);
+    expect(completed.lease.lost).toBe(false);
+    expect((await engine.acquire('r', undefined, 'fp')).type).toBe('execute'); // released: runs again
+  });
+
   it('H14: a different fingerprint is a mismatch, while processing and after completion, and changes nothing', async () => {
     const { engine, store } = setup();
     const first = await engine.acquire('k', undefined, 'fp');
