@@ -133,7 +133,9 @@ export function mysqlStore(options: MysqlStoreOptions): IdempotencyStore {
     };
     query = async (sql, values) => (await open().query(sql, values))[0];
     end = async () => {
-      await pool?.end();
+      // A connection still opening to a dead or silent server fails as the pool ends
+      // (mysql2 reports its connect timeout to end()): the pool is closed either way.
+      await pool?.end().catch(() => undefined);
     };
   } else {
     const adapter = adapterFrom<KeyvMysql>(options, mysqlDriver.adapter!);
