@@ -231,46 +231,78 @@ BEGIN
       expires_at bigint NOT NULL,
       status integer,
       headers jsonb,
-      body bytea
+      body bytea,
+      waiters boolean NOT NULL DEFAULT false
     );
     CREATE INDEX ${indexName} ON ${quoted} (expires_at);
+  ELSIF NOT EXISTS (
+    SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('${quoted.replaceAll("'", "''")}') AND attname = 'waiters' AND NOT attisdropped
+  ) THEN
+    -- A table made by an earlier version: one column added once (no rewrite, a brief lock).
+    ALTER TABLE ${quoted} ADD COLUMN waiters boolean NOT NULL DEFAULT false;
   END IF;
 END $$`;
 
+  // A claim takes a new key or one whose lease or replay window ended. A claim that finds
+  // the key processing marks the row `waiters` (once: later ones find it marked and write
+  // nothing), so that the owner's completion notifies only when another process waits.
+  // ON CONFLICT sees the latest committed row under its lock, even one committed after the
+  // statement's snapshot, so a waiter's mark and the owner's completion are ordered by the
+  // row lock: the completion either sees the mark or the waiter sees the completed row.
+  // A takeover keeps the mark of a processing row whose lease ended: its waiters still wait.
+  // A loser reads the live row FOR SHARE: the latest committed version (the row lock
+  // ON CONFLICT took), never the statement's older snapshot, where a completion that
+  // committed meanwhile (unmarked, so it notified nobody) would still look processing.
+  const EXPIRED = `r.expires_at <= ${NOW}`;
+  const fresh = (column: string, value: string) => `${column} = CASE WHEN ${EXPIRED} THEN ${value} ELSE r.${column} END`;
   const CLAIM = `WITH claimed AS (
   INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at)
   VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint)
   ON CONFLICT (key) DO UPDATE
-    SET state = 'processing', fingerprint = EXCLUDED.fingerprint, token = EXCLUDED.token,
-        created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
-        status = NULL, headers = NULL, body = NULL
-    WHERE r.expires_at <= ${NOW}
-  RETURNING true AS claimed, r.state, r.fingerprint, r.token, r.created_at, r.expires_at, r.status, r.headers, r.body
+    SET ${[
+      fresh('state', `'processing'`),
+      fresh('fingerprint', 'EXCLUDED.fingerprint'),
+      fresh('token', 'EXCLUDED.token'),
+      fresh('created_at', 'EXCLUDED.created_at'),
+      fresh('expires_at', 'EXCLUDED.expires_at'),
+      fresh('status', 'NULL'),
+      fresh('headers', 'NULL'),
+      fresh('body', 'NULL'),
+    ].join(',\n        ')},
+        waiters = NOT ${EXPIRED} OR (r.waiters AND r.state = 'processing')
+    WHERE ${EXPIRED} OR (r.state = 'processing' AND NOT r.waiters)
+  RETURNING r.token = $3 AS claimed, r.state, r.fingerprint, r.token, r.created_at, r.expires_at, r.status, r.headers, r.body
 )
 SELECT * FROM claimed
 UNION ALL
-SELECT false, ${COLUMNS} FROM ${quoted}
-WHERE key = $1 AND expires_at > ${NOW} AND NOT EXISTS (SELECT 1 FROM claimed)`;
+SELECT * FROM (
+  SELECT false, ${COLUMNS} FROM ${quoted}
+  WHERE key = $1 AND expires_at > ${NOW} AND NOT EXISTS (SELECT 1 FROM claimed)
+  FOR SHARE
+) live`;
   const GET = `SELECT ${COLUMNS} FROM ${quoted} WHERE key = $1 AND expires_at > ${NOW}`;
   const OWNED = `key = $1 AND token = $2 AND state = 'processing' AND expires_at > ${NOW}`;
   // Completes and releases that took effect notify waiters in other processes in the same
-  // statement (delivered on commit): channel per table, payload the storage key (hashed).
+  // statement (delivered on commit), and only when a claim marked the row as waited for: a
+  // notifying commit takes a lock that serialises every notifying transaction of the
+  // server, which a completion nobody waits for should not pay. Channel per table.
   const channel = `idempotency_kit_${createHash('sha1').update(table).digest('hex').slice(0, 16)}`;
   // The notification carries the completed record when it fits a payload (waiters then
   // need no read), the key alone otherwise; encodeRecord()'s JSON shape.
   const COMPLETE = `WITH done AS (
   UPDATE ${quoted}
   SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
-  WHERE ${OWNED} RETURNING fingerprint, token, created_at, expires_at
+  WHERE ${OWNED} RETURNING fingerprint, token, created_at, expires_at, waiters
 ), wake AS (
-  SELECT json_build_object('k', $7::text, 'r', json_build_object(
+  SELECT waiters, CASE WHEN waiters THEN json_build_object('k', $7::text, 'r', json_build_object(
     's', 'c', 'f', fingerprint, 't', token, 'c', created_at, 'e', expires_at,
     'r', json_build_object('s', $4::integer, 'h', $5::jsonb, 'b', translate(encode($6::bytea, 'base64'), E'\\n', ''))
-  ))::text AS payload FROM done
+  ))::text END AS payload FROM done
 )
-SELECT 1 AS n, pg_notify('${channel}', CASE WHEN octet_length(payload) <= 7900 THEN payload ELSE json_build_object('k', $7::text)::text END) FROM wake`;
-  const RELEASE = `WITH done AS (DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n)
-SELECT n, pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) FROM done`;
+SELECT 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', CASE WHEN octet_length(payload) <= 7900 THEN payload ELSE json_build_object('k', $7::text)::text END) END
+FROM wake`;
+  const RELEASE = `WITH done AS (DELETE FROM ${quoted} WHERE ${OWNED} RETURNING waiters)
+SELECT 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) END FROM done`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint WHERE ${OWNED} RETURNING 1 AS n`;
   // SKIP LOCKED: sweeps on several hosts never wait on each other or on a claim; the
   // outer condition re-checks each row, so a row taken over meanwhile is kept.

@@ -103,7 +103,10 @@ export interface IdempotencyStore {
    * Contract for store authors:
    * - `complete` and `release` that took effect publish the key, best in the same atomic
    *   step as the write (Redis: PUBLISH in the script; PostgreSQL: pg_notify in the
-   *   statement), so that a process dying between the two cannot lose the message.
+   *   statement), so that a process dying between the two cannot lose the message. A
+   *   store may skip the message for a key that no claim found processing since it was
+   *   claimed (nobody waits for it): PostgreSQL does, as a claim that loses to a processing
+   *   record marks it under the row's lock, so the mark and the completion are ordered.
    * - Delivery needs its own connection, opened lazily on the first call and shared by
    *   every listener of the store; `close()` closes it.
    * - `listener.ready()` once messages published from then on are delivered (again after

@@ -72,10 +72,19 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
       stop?.();
       await Promise.all([writer?.close(), reader?.close()]);
     });
+    /**
+     * The writer claims `k`; the reader's claim then finds it processing, as a duplicate
+     * that will wait does (a store may publish only settles that a claim waited for).
+     */
+    const claimWaited = async (k: string, token: string) => {
+      expect((await writer.claim(k, claimOf(token), 5000)).claimed).toBe(true);
+      const duplicate = await reader.claim(k, claimOf(`dup-${token}`), 5000);
+      expect(duplicate).toMatchObject({ claimed: false, record: { state: 'processing', token } });
+    };
 
     it('H8: a complete that took effect wakes another store object on the same backend, with the key', async () => {
       const k = key();
-      await writer.claim(k, claimOf('t1'), 5000);
+      await claimWaited(k, 't1');
       expect(seen).not.toContain(k);
       expect(await writer.complete(k, 't1', response(), 60_000)).toBe(true);
       await reported(k);
@@ -88,7 +97,7 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
     it('H8: a completed record sent along is exact: no body, empty body, large body', async () => {
       for (const [i, body] of [null, new Uint8Array(), new Uint8Array(Buffer.alloc(3000, 7))].entries()) {
         const k = key();
-        await writer.claim(k, claimOf(`t${i}`), 5000);
+        await claimWaited(k, `t${i}`);
         const stored = { status: 200 + i, headers: { 'content-type': 'application/json', link: ['<a>', '<b>'] }, body };
         expect(await writer.complete(k, `t${i}`, stored, 60_000)).toBe(true);
         await reported(k);
@@ -99,7 +108,7 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
 
     it('H8: a release that took effect wakes it too', async () => {
       const k = key();
-      await writer.claim(k, claimOf('t1'), 5000);
+      await claimWaited(k, 't1');
       expect(await writer.release(k, 't1')).toBe(true);
       await reported(k);
       expect([null, undefined]).toContain(brought.get(k));
@@ -107,7 +116,7 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
 
     it('S7: any key text comes back exactly as given', async () => {
       for (const k of [`${key()}ключ\u0000\r\n"'`, `${key()}${'x'.repeat(2000)}`]) {
-        await writer.claim(k, claimOf('t1'), 5000);
+        await claimWaited(k, 't1');
         expect(await writer.release(k, 't1')).toBe(true);
         await reported(k);
       }
@@ -116,10 +125,10 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
     it('H8: a refused complete or release publishes nothing (messages arrive in order)', async () => {
       const refused = key();
       const marker = key();
-      await writer.claim(refused, claimOf('owner'), 5000);
+      await claimWaited(refused, 'owner');
       expect(await writer.complete(refused, 'intruder', response(), 60_000)).toBe(false);
       expect(await writer.release(refused, 'intruder')).toBe(false);
-      await writer.claim(marker, claimOf('t'), 5000);
+      await claimWaited(marker, 't');
       await writer.release(marker, 't');
       await reported(marker);
       expect(seen).not.toContain(refused);
@@ -133,13 +142,13 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
         detach = reader.subscribe!({ settled: (k) => mine.push(k), ready: () => resolve(), down: () => {} });
       });
       const k = key();
-      await writer.claim(k, claimOf('t'), 5000);
+      await claimWaited(k, 't');
       await writer.release(k, 't');
       await reported(k);
       expect(mine).toContain(k);
       detach();
       const after = key();
-      await writer.claim(after, claimOf('t'), 5000);
+      await claimWaited(after, 't');
       await writer.release(after, 't');
       await reported(after);
       expect(mine).not.toContain(after);

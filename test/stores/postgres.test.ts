@@ -78,11 +78,170 @@ describe.skipIf(!available)('postgres store specifics', () => {
     await vi.waitFor(() => expect(events).toEqual(['ready', 'down', 'ready']), { timeout: 10_000, interval: 20 });
     const key = randomUUID();
     await writer.claim(key, claimOf('t'), 5000);
+    expect((await reader.claim(key, claimOf('dup'), 5000)).claimed).toBe(false); // a duplicate waits
     expect(await writer.complete(key, 't', response, 60_000)).toBe(true);
     await vi.waitFor(() => expect(seen).toContain(key), { timeout: 5000, interval: 20 });
     await Promise.all([reader.close(), writer.close()]);
     const { rows: left } = await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1`, [`LISTEN "${channel}"`]);
     expect(left).toEqual([{ n: 0 }]); // close() closed the LISTEN connection
+  });
+
+  /** A raw LISTEN on the store's channel: every notification the table's writes send. */
+  const listenTo = async (name: string) => {
+    const channel = `idempotency_kit_${createHash('sha1').update(name).digest('hex').slice(0, 16)}`;
+    const client = new pg.Client({ connectionString: POSTGRES_URL });
+    await client.connect();
+    const heard: string[] = [];
+    client.on('notification', (message) => heard.push(message.payload ?? ''));
+    await client.query(`LISTEN "${channel}"`);
+    return { heard, close: () => client.end() };
+  };
+
+  it('H8: a completion or release that no claim found processing sends no notification; one a duplicate waited for sends exactly one', async () => {
+    const name = table();
+    const owner = postgresStore({ url: POSTGRES_URL, table: name });
+    const other = postgresStore({ url: POSTGRES_URL, table: name });
+    const feed = await listenTo(name);
+    try {
+      const alone = [randomUUID(), randomUUID()];
+      for (const k of alone) await owner.claim(k, claimOf(`t-${k}`), 5000);
+      expect(await owner.complete(alone[0]!, `t-${alone[0]}`, response, 60_000)).toBe(true);
+      expect(await owner.release(alone[1]!, `t-${alone[1]}`)).toBe(true);
+      // A replay of the completed key is no waiter: it writes nothing and marks nothing.
+      expect(await other.claim(alone[0]!, claimOf('replay'), 5000)).toMatchObject({ claimed: false, record: { state: 'completed' } });
+
+      const waited = [randomUUID(), randomUUID()];
+      for (const k of waited) {
+        await owner.claim(k, claimOf(`t-${k}`), 5000);
+        // Three duplicates find it processing: the first marks the row, the others find it marked.
+        for (const d of [1, 2, 3]) {
+          expect(await other.claim(k, claimOf(`dup${d}`), 5000)).toMatchObject({ claimed: false, record: { state: 'processing', token: `t-${k}` } });
+        }
+      }
+      expect(await owner.complete(waited[0]!, `t-${waited[0]}`, response, 60_000)).toBe(true);
+      expect(await owner.release(waited[1]!, `t-${waited[1]}`)).toBe(true);
+      await vi.waitFor(() => expect(feed.heard).toHaveLength(2), { timeout: 5000, interval: 20 });
+      await sleep(200); // nothing else arrives late
+      expect(feed.heard.map((payload) => JSON.parse(payload).k)).toEqual(waited);
+      expect(JSON.parse(feed.heard[0]!).r).toMatchObject({ s: 'c', t: `t-${waited[0]}` });
+      expect(JSON.parse(feed.heard[1]!).r).toBeNull();
+    } finally {
+      await feed.close();
+      await Promise.all([owner.close(), other.close()]);
+    }
+  });
+
+  it('H8: a claim that takes over a processing row whose lease ended keeps its waiters: the new owner\'s completion wakes them', async () => {
+    const name = table();
+    const store = postgresStore({ url: POSTGRES_URL, table: name, sweepIntervalMs: 0 });
+    const feed = await listenTo(name);
+    try {
+      const k = randomUUID();
+      await store.claim(k, claimOf('crashed'), 100);
+      expect((await store.claim(k, claimOf('dup'), 5000)).claimed).toBe(false);
+      await sleep(150);
+      expect(await store.claim(k, claimOf('next'), 5000)).toMatchObject({ claimed: true, record: { token: 'next' } });
+      expect(await store.complete(k, 'next', response, 60_000)).toBe(true);
+      await vi.waitFor(() => expect(feed.heard).toHaveLength(1), { timeout: 5000, interval: 20 });
+      // A completed row whose replay window ended is taken over unmarked: nobody waits for it.
+      await store.claim(`${k}-2`, claimOf('a'), 5000);
+      await store.complete(`${k}-2`, 'a', response, 100);
+      await sleep(150);
+      expect((await store.claim(`${k}-2`, claimOf('b'), 5000)).claimed).toBe(true);
+      expect(await store.complete(`${k}-2`, 'b', response, 60_000)).toBe(true);
+      await sleep(200);
+      expect(feed.heard).toHaveLength(1);
+    } finally {
+      await feed.close();
+      await store.close();
+    }
+  });
+
+  it('H8 race: a duplicate whose claim races the owner\'s completion either sees the completed record or is woken (rounds of 200 keys, 4 stores)', async () => {
+    const name = table();
+    const owner = postgresStore({ url: POSTGRES_URL, table: name });
+    const duplicates = Array.from({ length: 4 }, () => postgresStore({ url: POSTGRES_URL, table: name, poolSize: 4 }));
+    const woken = new Set<string>();
+    const ready = duplicates.map(
+      (store) =>
+        new Promise<void>((resolve) => {
+          store.subscribe!({ settled: (k) => woken.add(k), ready: resolve, down: () => {} });
+        }),
+    );
+    await Promise.all(ready);
+    try {
+      const mustWake = new Set<string>();
+      let completedSeen = 0;
+      // Rounds until both outcomes occurred (the race was real), at most 5.
+      for (let round = 0; round < 5 && (mustWake.size === 0 || completedSeen === 0); round++) {
+        const keys = Array.from({ length: 200 }, () => randomUUID());
+        for (const k of keys) expect((await owner.claim(k, claimOf(`t-${k}`), 10_000)).claimed).toBe(true);
+        await Promise.all(
+          keys.map(async (k, i) => {
+            const dup = duplicates[i % duplicates.length]!;
+            // The owner's completion and the duplicate's claim, a random 0-4 ms apart.
+            const [, found] = await Promise.all([
+              owner.complete(k, `t-${k}`, response, 60_000),
+              sleep(Math.random() * 4).then(() => dup.claim(k, claimOf('dup'), 10_000)),
+            ]);
+            expect(found.claimed).toBe(false);
+            if (found.record?.state === 'processing') mustWake.add(k);
+            else {
+              expect(found.record).toMatchObject({ state: 'completed', token: `t-${k}` });
+              completedSeen++;
+            }
+          }),
+        );
+      }
+      expect(mustWake.size).toBeGreaterThan(0);
+      expect(completedSeen).toBeGreaterThan(0);
+      await vi.waitFor(() => expect([...mustWake].filter((k) => !woken.has(k))).toEqual([]), { timeout: 5000, interval: 50 });
+    } finally {
+      await Promise.all([owner.close(), ...duplicates.map((store) => store.close())]);
+    }
+  });
+
+  it('H8: a duplicate whose claim waits on the owner\'s uncommitted completion sees it completed (it was never marked, so nobody would wake it)', async () => {
+    const name = table();
+    const owner = postgresStore({ url: POSTGRES_URL, table: name });
+    const dup = postgresStore({ url: POSTGRES_URL, table: name });
+    const k = randomUUID();
+    await owner.claim(k, claimOf('owner'), 10_000);
+    const tx = await admin.connect();
+    try {
+      // The owner's completion, held open: the row is locked and completed, not yet committed.
+      await tx.query('BEGIN');
+      await tx.query(`UPDATE "${name}" SET state = 'completed', status = 201, headers = '{}', body = 'ok'::bytea WHERE key = $1`, [k]);
+      const claim = dup.claim(k, claimOf('dup'), 10_000); // its snapshot predates the commit
+      await sleep(150);
+      await tx.query('COMMIT');
+      expect(await claim).toMatchObject({ claimed: false, record: { state: 'completed', token: 'owner' } });
+    } finally {
+      tx.release();
+      await Promise.all([owner.close(), dup.close()]);
+    }
+  });
+
+  it('a table made by an earlier version (no waiters column) gets the column once, and its rows stay readable', async () => {
+    const name = table();
+    await admin.query(`CREATE TABLE "${name}" (key text PRIMARY KEY, state text NOT NULL CHECK (state IN ('processing', 'completed')),
+      fingerprint text NOT NULL, token text NOT NULL, created_at bigint NOT NULL, expires_at bigint NOT NULL,
+      status integer, headers jsonb, body bytea)`);
+    const far = Date.now() + 60_000;
+    await admin.query(
+      `INSERT INTO "${name}" VALUES ($1, 'completed', 'fp', 'old', 1, $2, 201, '{"content-type":"text/plain"}', 'ok'::bytea), ($3, 'processing', 'fp', 'busy', 1, $2, NULL, NULL, NULL)`,
+      ['done', far, 'busy'],
+    );
+    const stores = Array.from({ length: 4 }, () => postgresStore({ url: POSTGRES_URL, table: name, poolSize: 2 }));
+    const answers = await Promise.all(stores.map((store) => store.claim('done', claimOf('new'), 5000)));
+    for (const answer of answers) expect(answer).toMatchObject({ claimed: false, record: { state: 'completed', token: 'old' } });
+    expect(await stores[0]!.claim('busy', claimOf('dup'), 5000)).toMatchObject({ claimed: false, record: { state: 'processing', token: 'busy' } });
+    const { rows } = await admin.query(`SELECT key, waiters FROM "${name}" ORDER BY key`);
+    expect(rows).toEqual([
+      { key: 'busy', waiters: true },
+      { key: 'done', waiters: false },
+    ]);
+    await Promise.all(stores.map((store) => store.close()));
   });
 
   it('creates its table and index on first use; the schema is the documented one; keys other than the engine\'s hash form are stored as ~<sha256> (S7)', async () => {
@@ -103,6 +262,7 @@ describe.skipIf(!available)('postgres store specifics', () => {
       'status integer',
       'headers jsonb',
       'body bytea',
+      'waiters boolean',
     ]);
     const { rows: indexes } = await admin.query('SELECT indexname FROM pg_indexes WHERE tablename = $1 ORDER BY indexname', [name]);
     expect(indexes.map((i) => i.indexname)).toEqual([`${name}_expires_at_idx`, `${name}_pkey`]);
