@@ -77,10 +77,12 @@ function lazyStore(driver: DriverDefinition, options: Record<string, unknown>): 
     }));
   return {
     name: driver.name,
-    claim: async (key: string, request: ClaimRequest, leaseMs: number) => (ready ?? (await store())).claim(key, request, leaseMs),
-    get: async (key: string) => (ready ?? (await store())).get(key),
-    complete: async (key: string, token: string, response: StoredResponse, ttlMs: number) =>
-      (ready ?? (await store())).complete(key, token, response, ttlMs),
+    // Once loaded, the hot calls return the driver's own promise (no async wrapper's ticks).
+    claim: (key: string, request: ClaimRequest, leaseMs: number) =>
+      ready ? ready.claim(key, request, leaseMs) : store().then((s) => s.claim(key, request, leaseMs)),
+    get: (key: string) => (ready ? ready.get(key) : store().then((s) => s.get(key))),
+    complete: (key: string, token: string, response: StoredResponse, ttlMs: number) =>
+      ready ? ready.complete(key, token, response, ttlMs) : store().then((s) => s.complete(key, token, response, ttlMs)),
     release: async (key: string, token: string) => (await store()).release(key, token),
     extend: async (key: string, token: string, leaseMs: number) => (await store()).extend(key, token, leaseMs),
     close: async () => {

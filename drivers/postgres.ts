@@ -121,6 +121,8 @@ interface PgClient {
 type Row = SqlRow & { claimed?: boolean; n?: number };
 
 type Query = (text: string, values: unknown[], name?: string) => Promise<Row[]>;
+const rowsOf = (result: PgResult): Row[] => result.rows;
+const one = (rows: Row[]): boolean => rows.length === 1;
 /** Create a PostgreSQL store on the application's own `pg` Pool: its transactions hand out that pool's clients. */
 export function postgresStore<P extends PostgresPool>(options: PostgresStoreOptions & { pool: P }): PostgresStore<ClientOf<P>>;
 /** Create a PostgreSQL store with a pool of its own. */
@@ -150,7 +152,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     if (typeof pool !== 'object' || pool === null || typeof pool.connect !== 'function' || typeof pool.query !== 'function') {
       throw new TypeError(`Expected \`pool\` to be a pg Pool (new pg.Pool({ connectionString })), got ${String(pool)}`);
     }
-    query = async (text, values, name) => (await pool.query(name ? { name, text, values } : { text, values })).rows as Row[];
+    query = (text, values, name) => pool.query(name ? { name, text, values } : { text, values }).then(rowsOf);
     connect = () => pool.connect();
     const settings = (pool as { options?: Record<string, unknown> }).options;
     if (settings && typeof settings === 'object') listenConfig = { ...settings };
@@ -178,7 +180,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
       return pool;
     };
     // Named statements are parsed and planned once per connection.
-    query = async (text, values, name) => (await open().query(name ? { name, text, values } : { text, values })).rows;
+    query = (text, values, name) => open().query(name ? { name, text, values } : { text, values }).then(rowsOf);
     listenConfig = { connectionString: url };
     connect = () => open().connect();
     end = async () => {
@@ -328,7 +330,7 @@ SELECT count(*)::int AS n FROM swept`;
     return schema;
   };
   const exec = run;
-  const changed = async (text: string, values: unknown[], name: string) => (await exec(text, values, name)).length === 1;
+  const changed = (text: string, values: unknown[], name: string) => exec(text, values, name).then(one);
   // For the transaction path: `key` as the store's methods receive it (not hashed).
   const completeValues = (key: string, token: string, response: StoredResponse, ttlMs: number) => [
     sqlKey(key),
@@ -346,16 +348,13 @@ SELECT count(*)::int AS n FROM swept`;
       name: 'postgres',
       label: 'PostgreSQL',
       setUp: ensureSchema,
-      async claim(key, request, leaseMs) {
-        // A loser whose conflicting row was committed after this statement's snapshot sees
-        // no row in the same round trip; the shared shape then reads it.
-        const [row] = await exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, leaseMs], CLAIM_NAME);
-        return row ? { claimed: row.claimed === true, row } : { claimed: false };
-      },
-      async get(key) {
-        const [row] = await exec(GET, [key], GET_NAME);
-        return row;
-      },
+      // A loser whose row went between the conflict and its read (a release) sees no row;
+      // the shared shape then reads again.
+      claim: (key, request, leaseMs) =>
+        exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, leaseMs], CLAIM_NAME).then(([row]) =>
+          row ? { claimed: row.claimed === true, row } : { claimed: false },
+        ),
+      get: (key) => exec(GET, [key], GET_NAME).then(([row]) => row),
       complete: (key, token, completion) =>
         changed(
           COMPLETE,

@@ -101,6 +101,11 @@ const toRecord = (row: SqlRow): IdempotencyRecord =>
     typeof row.headers === 'string' ? { ...row, headers: JSON.parse(row.headers) as SqlRecordRow['headers'] } : (row as SqlRecordRow),
   );
 
+/** The stored form of `key`, or a rejection for a key that is no string (calls reject, never throw). */
+function keyOf(key: string): string | Promise<never> {
+  return typeof key === 'string' ? sqlKey(key) : Promise.reject(new TypeError(`Expected the key to be a string, got ${typeof key}`));
+}
+
 /** An {@link IdempotencyStore} over a dialect. */
 export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): IdempotencyStore {
   let closed = false;
@@ -120,10 +125,8 @@ export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): Idempot
     );
     return ready;
   };
-  const run = async <T>(statement: () => Promise<T>): Promise<T> => {
-    if (!isSetUp || closed) await setUp();
-    return statement();
-  };
+  // Not async: once set up, a call is the dialect's own promise (no wrapper's extra ticks).
+  const run = <T>(statement: () => Promise<T>): Promise<T> => (isSetUp && !closed ? statement() : setUp().then(statement));
 
   // Nothing to sweep before this store was used (and no table to create on a timer).
   const sweeper = startSweeper(
@@ -134,24 +137,38 @@ export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): Idempot
 
   return {
     name: dialect.name,
-    async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
-      const k = sqlKey(key);
+    claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
+      const k = keyOf(key);
+      if (typeof k !== 'string') return k;
+      const lost = (row: SqlRow | undefined): ClaimResult | undefined => (row ? { claimed: false, record: toRecord(row) } : undefined);
+      const attempt = (): Promise<ClaimResult | undefined> =>
+        run(() => dialect.claim(k, request, leaseMs)).then((result) =>
+          result.claimed
+            ? { claimed: true, record: toRecord(result.row) as ProcessingRecord }
+            : result.row
+              ? lost(result.row)
+              : run(() => dialect.get(k)).then(lost),
+        );
       // A loser whose conflicting row was gone by the time it looked (released, or
       // committed after its statement's snapshot) reads again, and claims again if need be.
-      return claimUntilSettled(dialect.label, async () => {
-        const result = await run(() => dialect.claim(k, request, leaseMs));
-        if (result.claimed) return { claimed: true, record: toRecord(result.row) as ProcessingRecord };
-        const row = result.row ?? (await run(() => dialect.get(k)));
-        return row ? { claimed: false, record: toRecord(row) } : undefined;
-      });
+      return attempt().then((result) => result ?? claimUntilSettled(dialect.label, attempt, 1));
     },
-    async get(key: string) {
-      const row = await run(() => dialect.get(sqlKey(key)));
-      return row ? toRecord(row) : undefined;
+    get(key: string) {
+      const k = keyOf(key);
+      if (typeof k !== 'string') return k;
+      return run(() => dialect.get(k)).then((row) => (row ? toRecord(row) : undefined));
     },
-    async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
-      const completion = { status: response.status, headers: JSON.stringify(response.headers), body: bodyBuffer(response.body), ttlMs, storageKey: key };
-      return run(() => dialect.complete(sqlKey(key), token, completion));
+    complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
+      let completion: SqlCompletion;
+      let k: string;
+      try {
+        completion = { status: response.status, headers: JSON.stringify(response.headers), body: bodyBuffer(response.body), ttlMs, storageKey: key };
+        if (typeof key !== 'string') throw new TypeError(`Expected the key to be a string, got ${typeof key}`);
+        k = sqlKey(key);
+      } catch (error) {
+        return Promise.reject(error); // a bad argument rejects like any store failure, never throws
+      }
+      return run(() => dialect.complete(k, token, completion));
     },
     async release(key: string, token: string) {
       return run(() => dialect.release(sqlKey(key), token, key));

@@ -121,12 +121,13 @@ export function adapterFrom<T>(
 }
 
 /**
- * Run `attempt` until it settles, at most 5 times. An attempt returns undefined when the
- * claim lost to a record that was gone again by the time it was read (released or
- * expired in between): the key is then free and the claim is tried again.
+ * Run `attempt` until it settles, at most 5 times in all (`tried`: attempts the caller
+ * already made). An attempt returns undefined when the claim lost to a record that was
+ * gone again by the time it was read (released or expired in between): the key is then
+ * free and the claim is tried again.
  */
-export async function claimUntilSettled(store: string, attempt: () => Promise<ClaimResult | undefined>): Promise<ClaimResult> {
-  for (let i = 0; i < 5; i++) {
+export async function claimUntilSettled(store: string, attempt: () => Promise<ClaimResult | undefined>, tried = 0): Promise<ClaimResult> {
+  for (let i = tried; i < 5; i++) {
     const result = await attempt();
     if (result) return result;
   }

@@ -41,6 +41,25 @@ describe('sqlite store specifics', () => {
     }
   });
 
+  it('S4: a call with an argument it cannot store rejects (the SQL stores never throw synchronously)', async () => {
+    const store = sqliteStore({ url: 'sqlite://:memory:' });
+    const bad = undefined as unknown as string;
+    const calls = [
+      () => store.claim(bad, { token: 't', fingerprint: 'f', createdAt: 1 }, 5000),
+      () => store.get(bad),
+      () => store.complete(bad, 't', { status: 201, headers: {}, body: null }, 5000),
+      () => store.complete('k', 't', { status: 201, headers: {}, body: 42 as unknown as Uint8Array }, 5000),
+    ];
+    for (const call of calls) {
+      let result: Promise<unknown> | undefined;
+      expect(() => {
+        result = call();
+      }).not.toThrow();
+      await expect(result).rejects.toThrow(TypeError);
+    }
+    await store.close();
+  });
+
   it('parses sqlite:// URLs: relative, absolute and :memory:', () => {
     expect(sqlitePathFromUrl('sqlite://./.data/idempotency.sqlite')).toBe('./.data/idempotency.sqlite');
     expect(sqlitePathFromUrl('sqlite://relative/path.db')).toBe('relative/path.db');
