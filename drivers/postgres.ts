@@ -25,7 +25,7 @@ import {
 } from './postgres-transaction.js';
 import { assertDriverUrl, postgresDriver } from './registry.js';
 import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
-import { adapterFrom, assertOneSource, bodyBuffer, requireVia, settleListeners, sqlKey } from './utils.js';
+import { adapterFrom, assertOneSource, bodyBuffer, reconnectingFeed, requireVia, sqlKey } from './utils.js';
 
 export type { ClientOf, IsolationLevel, PostgresClient, PostgresPool, PostgresTransactionOptions } from './postgres-transaction.js';
 
@@ -451,14 +451,7 @@ function listenFeed(
   channel: string,
   timeoutMs: number,
 ): { subscribe: (listener: SettleListener) => () => void; close: () => Promise<void> } {
-  const listeners = settleListeners();
-  const setLive = listeners.setLive;
-  let connection: PgClient | undefined;
-  let closed = false;
-  let retry: NodeJS.Timeout | undefined;
-  let attempt = 0;
-  const start = () => {
-    if (closed || connection || retry) return;
+  return reconnectingFeed((control) => {
     let client: PgClient;
     try {
       client = new (requireVia<PgModule>('postgres', postgresDriver.packages, '@keyv/postgres', 'pg').Client)({
@@ -468,54 +461,21 @@ function listenFeed(
         application_name: 'idempotency-kit-listen',
       });
     } catch {
-      return; // no usable pg: waiters poll
+      return undefined; // no usable pg: waiters poll
     }
-    connection = client;
-    const drop = () => {
-      if (connection !== client) return;
-      connection = undefined;
-      setLive(false);
-      client.end().catch(() => undefined);
-      if (closed) return;
-      retry = setTimeout(() => {
-        retry = undefined;
-        start();
-      }, Math.min(100 * 2 ** attempt++, 5000));
-      retry.unref();
-    };
-    client.on('error', drop);
-    client.on('end', drop);
+    client.on('error', control.drop);
+    client.on('end', control.drop);
     client.on('notification', (message) => {
       const wake = message.channel === channel ? parseWake(message.payload) : undefined;
-      if (wake) listeners.settled(wake.key, wake.record);
+      if (wake) control.settled(wake.key, wake.record);
     });
-    void (async () => {
-      try {
+    return {
+      ready: (async () => {
         await withTimeout(client.connect(), timeoutMs, `idempotency-kit: PostgreSQL LISTEN connection not open within ${timeoutMs} ms`);
         await withTimeout(client.query(`LISTEN "${channel}"`), timeoutMs, `idempotency-kit: PostgreSQL LISTEN not answered within ${timeoutMs} ms`);
-        if (connection !== client) return;
         client.connection?.stream?.unref?.();
-        attempt = 0;
-        setLive(true);
-      } catch {
-        drop();
-      }
-    })();
-  };
-  return {
-    subscribe(listener) {
-      const unsubscribe = listeners.add(listener);
-      start();
-      return unsubscribe;
-    },
-    async close() {
-      closed = true;
-      if (retry) clearTimeout(retry);
-      setLive(false);
-      listeners.clear();
-      const client = connection;
-      connection = undefined;
-      await client?.end().catch(() => undefined);
-    },
-  };
+      })(),
+      end: () => client.end().catch(() => undefined),
+    };
+  });
 }

@@ -25,7 +25,7 @@ import {
 } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
 import { assertDriverUrl, redisDriver } from './registry.js';
-import { adapterFrom, isLive, settleListeners } from './utils.js';
+import { adapterFrom, isLive, reconnectingFeed } from './utils.js';
 import { assertInteger } from '../src/validate.js';
 import { isRedisClusterUrl, isRedisSentinelUrl, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
 
@@ -468,7 +468,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     async close() {
       if (closed) return;
       closed = true;
-      feed?.close();
+      void feed?.close();
       client.off('error', onError);
       client.off('ready', onReady);
       if (!owned || !client.isOpen) return;
@@ -555,88 +555,39 @@ function settleFeed(
   channel: string,
   timeoutMs: number,
   sharedSubscriber: (() => SubscriberClient) | undefined,
-): { subscribe: (listener: SettleListener) => () => void; close: () => void } | undefined {
+): { subscribe: (listener: SettleListener) => () => void; close: () => Promise<void> } | undefined {
   const open = sharedSubscriber ?? (typeof client.duplicate === 'function' ? () => client.duplicate!() : undefined);
   if (!open) return undefined;
   // Cluster and sentinel clients emit no 'ready' after a reconnect: their errors do not
   // stop the feed (node-redis resubscribes), the safety poll covers a gap.
   const cluster = client.isReady === undefined || sharedSubscriber !== undefined;
-  const listeners = settleListeners();
-  const setLive = listeners.setLive;
-  let subscriber: SubscriberClient | undefined;
-  let closed = false;
-  let retry: NodeJS.Timeout | undefined;
-  let attempt = 0;
-  const retryLater = () => {
-    if (closed || retry) return;
-    retry = setTimeout(() => {
-      retry = undefined;
-      start();
-    }, Math.min(100 * 2 ** attempt++, 5000));
-    retry.unref();
-  };
-  const start = () => {
-    if (closed || subscriber) return;
-    let sub: SubscriberClient;
-    try {
-      sub = open();
-    } catch {
-      return; // cannot duplicate: waiters poll
-    }
-    subscriber = sub;
+  return reconnectingFeed((control) => {
+    const sub = open(); // a throw (cannot duplicate): no feed, waiters poll
     let subscribed = false;
-    const drop = () => {
-      setLive(false);
-      // Given up by its reconnect strategy (or never connected): start over with a fresh one.
-      if (subscriber === sub && !closed) {
-        subscriber = undefined;
-        sub.destroy?.();
-        retryLater();
-      }
-    };
     sub.on('error', () => {
-      if (!cluster) setLive(false);
+      if (!cluster) control.setLive(false);
     });
     // node-redis re-sends SUBSCRIBE before it reports `ready` after a reconnect.
     sub.on('ready', () => {
-      if (subscribed) setLive(true);
+      if (subscribed) control.setLive(true);
     });
-    sub.on('end', () => {
-      if (!closed) drop();
-    });
-    void (async () => {
-      try {
+    // Given up by its reconnect strategy (or never connected): start over with a fresh one.
+    sub.on('end', control.drop);
+    return {
+      ready: (async () => {
         await withTimeout(sub.connect(), timeoutMs, timedOut('subscriber connect', timeoutMs));
         await withTimeout(
           sub.subscribe(channel, (message) => {
             const wake = parseWake(message);
-            if (wake) listeners.settled(wake.key, wake.record);
+            if (wake) control.settled(wake.key, wake.record);
           }),
           timeoutMs,
           timedOut('SUBSCRIBE', timeoutMs),
         );
         sub.unref?.();
         subscribed = true;
-        attempt = 0;
-        setLive(true);
-      } catch {
-        drop();
-      }
-    })();
-  };
-  return {
-    subscribe(listener) {
-      const unsubscribe = listeners.add(listener);
-      start();
-      return unsubscribe;
-    },
-    close() {
-      closed = true;
-      if (retry) clearTimeout(retry);
-      setLive(false);
-      listeners.clear();
-      subscriber?.destroy?.();
-      subscriber = undefined;
-    },
-  };
+      })(),
+      end: () => sub.destroy?.(),
+    };
+  });
 }

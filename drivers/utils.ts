@@ -188,3 +188,91 @@ export function settleListeners(): {
     clear: () => listeners.clear(),
   };
 }
+
+/** One connection of a wake-up feed, as {@link reconnectingFeed} opens it. */
+export interface FeedLink {
+  /** Settles once it is connected and subscribed (messages published from then on arrive); rejects if that failed. */
+  ready: Promise<void>;
+  /** End it (best effort; never rejects). */
+  end(): unknown;
+}
+
+/** What a link reports to its feed. */
+export interface FeedControl {
+  /** A wake-up arrived. */
+  settled(key: string, record?: IdempotencyRecord | null): void;
+  /** Delivery stopped or resumed on this link without it being replaced. */
+  setLive(live: boolean): void;
+  /** The link is gone: it is ended, and a fresh one opens after a backoff (0.1 s doubling, at most 5 s). */
+  drop(): void;
+}
+
+/**
+ * A store's wake-up feed over one connection at a time, opened on the first `subscribe`
+ * by `open` (undefined, or a throw: no feed, waiters poll). A dropped link is replaced
+ * with backoff; its failures only make waiters poll, never fail a call. Reports from a
+ * link that was replaced are ignored.
+ */
+export function reconnectingFeed(open: (control: FeedControl) => FeedLink | undefined): {
+  subscribe: (listener: SettleListener) => () => void;
+  close: () => Promise<void>;
+} {
+  const listeners = settleListeners();
+  let link: FeedLink | undefined;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let attempt = 0;
+  const start = () => {
+    if (closed || link || retry) return;
+    let current: FeedLink | undefined;
+    const control: FeedControl = {
+      settled: listeners.settled,
+      setLive(live) {
+        if (current !== undefined && link === current) listeners.setLive(live);
+      },
+      drop() {
+        if (current === undefined || link !== current) return;
+        link = undefined;
+        listeners.setLive(false);
+        current.end();
+        if (closed) return;
+        retry = setTimeout(() => {
+          retry = undefined;
+          start();
+        }, Math.min(100 * 2 ** attempt++, 5000));
+        retry.unref();
+      },
+    };
+    try {
+      current = open(control);
+    } catch {
+      return;
+    }
+    if (current === undefined) return;
+    link = current;
+    current.ready.then(
+      () => {
+        if (link !== current) return;
+        attempt = 0;
+        listeners.setLive(true);
+      },
+      () => control.drop(),
+    );
+  };
+  return {
+    subscribe(listener) {
+      const unsubscribe = listeners.add(listener);
+      start();
+      return unsubscribe;
+    },
+    async close() {
+      closed = true;
+      if (retry) clearTimeout(retry);
+      listeners.setLive(false);
+      listeners.clear();
+      const current = link;
+      link = undefined;
+      await current?.end();
+    },
+  };
+}
