@@ -37,13 +37,11 @@ declare module 'fastify' {
   }
 }
 
-const STATE: unique symbol = Symbol('idempotency-kit.fastify');
-
 /**
  * What the plugin keeps for a covered request, on the request (and, once a claim is held,
- * on its raw response) under a symbol: an object per request and shared hook functions,
- * rather than WeakMap entries and closures per request, which the collector has to trace
- * and which kept requests alive into the old generation.
+ * on its raw response) under a symbol of the plugin's registration: an object per request
+ * and shared hook functions, rather than WeakMap entries and closures per request, which
+ * the collector has to trace and which kept requests alive into the old generation.
  */
 class RequestState {
   /** The claim while the handler runs. */
@@ -59,22 +57,7 @@ class RequestState {
 }
 
 /** `null`: looked at, not covered. */
-type Stateful = { [STATE]?: RequestState | null };
-
-/**
- * The raw response closed. Sent without passing onSend (`reply.hijack()` and raw writes):
- * the handler ran, but its body was not seen, so it completes without one. Else the
- * client left while the handler runs: onSend still comes and stores it; if it never
- * does, the claim ends with its lease.
- */
-function onRawClose(this: ServerResponse & Stateful): void {
-  const state = this[STATE];
-  if (!state?.claim || state.settled) return;
-  if (this.writableFinished) {
-    state.settled = true;
-    void state.claim.finish({ status: this.statusCode, headers: state.reply.getHeaders(), body: null });
-  } else state.claim.abandon();
-}
+type Stateful = Record<symbol, RequestState | null | undefined>;
 
 const noop = () => {};
 
@@ -105,6 +88,23 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
   // Options are checked now, at registration, not at the first request.
   const layer = new Idempotency<FastifyRequest>(options, fastifyDefaults);
   const routeLayers = new WeakMap<object, Idempotency<FastifyRequest>>();
+  // Each registration its own key: a plugin registered again in a child context keeps its own state.
+  const STATE = Symbol('idempotency-kit.fastify');
+
+  /**
+   * The raw response closed. Sent without passing onSend (`reply.hijack()` and raw writes):
+   * the handler ran, but its body was not seen, so it completes without one. Else the
+   * client left while the handler runs: onSend still comes and stores it; if it never
+   * does, the claim ends with its lease.
+   */
+  function onRawClose(this: ServerResponse): void {
+    const state = (this as unknown as Stateful)[STATE];
+    if (!state?.claim || state.settled) return;
+    if (this.writableFinished) {
+      state.settled = true;
+      void state.claim.finish({ status: this.statusCode, headers: state.reply.getHeaders(), body: null });
+    } else state.claim.abandon();
+  }
 
   const routeLayer = (override: FastifyRouteIdempotency | undefined): Idempotency<FastifyRequest> | undefined => {
     if (override === undefined) return layer;
@@ -121,11 +121,11 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
    * once per request (`request.routeOptions` builds a new object at every read).
    */
   const stateOf = (request: FastifyRequest, reply: FastifyReply): RequestState | null => {
-    const known = (request as Stateful)[STATE];
+    const known = (request as unknown as Stateful)[STATE];
     if (known !== undefined) return known;
     const routed = routeLayer(request.routeOptions.config?.idempotency);
     const state = routed?.covers(request.method) ? new RequestState(routed, reply) : null;
-    (request as Stateful)[STATE] = state;
+    (request as unknown as Stateful)[STATE] = state;
     return state;
   };
 
@@ -190,12 +190,12 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     }
     if (decision.type === 'pass') return;
     state.claim = decision.claim;
-    (reply.raw as ServerResponse & Stateful)[STATE] = state;
+    (reply.raw as unknown as Stateful)[STATE] = state;
     reply.raw.on('close', onRawClose);
   });
 
   fastify.addHook('onError', async function idempotencyError(request, _reply, error) {
-    const state = (request as Stateful)[STATE];
+    const state = (request as unknown as Stateful)[STATE];
     if (!state?.claim || state.settled) return;
     // Thrown, whatever status the error handler then answers: release.
     state.settled = true;
