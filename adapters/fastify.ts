@@ -13,7 +13,8 @@
  * app.post('/pings', { config: { idempotency: false } }, async () => ({ ok: true }));
  * await app.listen({ port: 3000 });
  */
-import { Readable, Transform, finished } from 'node:stream';
+import type { ServerResponse } from 'node:http';
+import { Transform, finished } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { BodyTooLargeError } from '../src/errors.js';
@@ -36,10 +37,27 @@ declare module 'fastify' {
   }
 }
 
-interface Pending {
-  claim: HttpClaim;
-  settled: boolean;
+/**
+ * What the plugin keeps for a covered request, on the request (and, once a claim is held,
+ * on its raw response) under a symbol of the plugin's registration: an object per request
+ * and shared hook functions, rather than WeakMap entries and closures per request, which
+ * the collector has to trace and which kept requests alive into the old generation.
+ */
+class RequestState {
+  /** The claim while the handler runs. */
+  claim: HttpClaim | undefined;
+  settled = false;
+  /** Bytes of a chunked body counted on their way to the parser (a declared length is used as it is). */
+  counted: number | undefined;
+
+  constructor(
+    readonly layer: Idempotency<FastifyRequest>,
+    readonly reply: FastifyReply,
+  ) {}
 }
+
+/** `null`: looked at, not covered. */
+type Stateful = Record<symbol, RequestState | null | undefined>;
 
 const noop = () => {};
 
@@ -70,8 +88,23 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
   // Options are checked now, at registration, not at the first request.
   const layer = new Idempotency<FastifyRequest>(options, fastifyDefaults);
   const routeLayers = new WeakMap<object, Idempotency<FastifyRequest>>();
-  const pending = new WeakMap<FastifyRequest, Pending>();
-  const bodySizes = new WeakMap<FastifyRequest, () => number>();
+  // Each registration its own key: a plugin registered again in a child context keeps its own state.
+  const STATE = Symbol('idempotency-kit.fastify');
+
+  /**
+   * The raw response closed. Sent without passing onSend (`reply.hijack()` and raw writes):
+   * the handler ran, but its body was not seen, so it completes without one. Else the
+   * client left while the handler runs: onSend still comes and stores it; if it never
+   * does, the claim ends with its lease.
+   */
+  function onRawClose(this: ServerResponse): void {
+    const state = (this as unknown as Stateful)[STATE];
+    if (!state?.claim || state.settled) return;
+    if (this.writableFinished) {
+      state.settled = true;
+      void state.claim.finish({ status: this.statusCode, headers: state.reply.getHeaders(), body: null });
+    } else state.claim.abandon();
+  }
 
   const routeLayer = (override: FastifyRouteIdempotency | undefined): Idempotency<FastifyRequest> | undefined => {
     if (override === undefined) return layer;
@@ -83,27 +116,42 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     if (!found) routeLayers.set(override, (found = layer.with(override)));
     return found;
   };
-  const layerFor = (request: FastifyRequest) => routeLayer(request.routeOptions.config?.idempotency);
+  /**
+   * The request's state when its route's layer covers its method, else `null`. Worked out
+   * once per request (`request.routeOptions` builds a new object at every read).
+   */
+  const stateOf = (request: FastifyRequest, reply: FastifyReply): RequestState | null => {
+    const known = (request as unknown as Stateful)[STATE];
+    if (known !== undefined) return known;
+    const routed = routeLayer(request.routeOptions.config?.idempotency);
+    const state = routed?.covers(request.method) ? new RequestState(routed, reply) : null;
+    (request as unknown as Stateful)[STATE] = state;
+    return state;
+  };
 
   // Build (and so check) each route's overrides when the route is declared.
   fastify.addHook('onRoute', (route) => {
     routeLayer(route.config?.idempotency);
   });
 
-  // Count the body's bytes on the way to Fastify's parser, for `maxBodyBytes` (413).
-  fastify.addHook('preParsing', async function idempotencyBodySize(request, _reply, payload) {
-    if (!layerFor(request)?.covers(request.method)) return payload;
+  // Count the body's bytes on the way to Fastify's parser, for `maxBodyBytes` (413). The
+  // hooks that need no await take Fastify's callback form: an async hook costs a promise
+  // and a turn of the microtask queue per request, covered or not.
+  fastify.addHook('preParsing', function idempotencyBodySize(request, reply, payload, done) {
+    const state = stateOf(request, reply);
     // A declared length is the body's length (Node's parser reads exactly that many
     // bytes), so it is checked as it is; only a chunked body is counted on its way.
-    if (declaredLength(request.headers['content-length']) !== undefined) return payload;
-    let size = 0;
+    if (!state || declaredLength(request.headers['content-length']) !== undefined) {
+      done(null, payload);
+      return;
+    }
+    state.counted = 0;
     const counter = new Transform({
       transform(chunk: Buffer, _encoding, callback) {
-        size += chunk.length;
+        state.counted! += chunk.length;
         callback(null, chunk);
       },
     });
-    bodySizes.set(request, () => size);
     // pipe + finished rather than pipeline(): pipeline makes an AbortController per call and
     // aborts it when done (a DOMException with a stack trace), which cost more than the
     // rest of the layer on a replay (docs/benchmarks.md). A failing or cut-short body still
@@ -114,19 +162,20 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     // Fastify's parser listens for errors only once it reads; a body refused by its declared
     // length is never read, and a client leaving then must not be an uncaught error.
     counter.on('error', noop);
-    return payload.pipe(counter);
+    done(null, payload.pipe(counter));
   });
 
   fastify.addHook('preHandler', async function idempotency(request: FastifyRequest, reply: FastifyReply) {
-    const routed = layerFor(request);
-    if (!routed?.covers(request.method)) return;
+    const state = stateOf(request, reply);
+    if (!state) return;
+    const routed = state.layer;
     const decision = await routed.begin({
       method: request.method,
       url: request.url,
       headers: request.headers,
       keyHeaderLines: keyHeaderLines(request.raw, routed.headerName),
       body: () => {
-        const size = bodySizes.get(request)?.() ?? declaredLength(request.headers['content-length']) ?? 0;
+        const size = state.counted ?? declaredLength(request.headers['content-length']) ?? 0;
         if (size > routed.maxBodyBytes) throw new BodyTooLargeError(routed.maxBodyBytes);
         return request.body;
       },
@@ -140,54 +189,49 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
         .send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
     }
     if (decision.type === 'pass') return;
-    const state: Pending = { claim: decision.claim, settled: false };
-    pending.set(request, state);
-    reply.raw.once('close', () => {
-      if (state.settled) return;
-      if (reply.raw.writableFinished) {
-        // Sent without passing onSend (`reply.hijack()` and raw writes): the handler ran,
-        // but its body was not seen, so it completes without one.
-        state.settled = true;
-        void state.claim.finish({ status: reply.raw.statusCode, headers: reply.getHeaders(), body: null });
-      } else {
-        // The client left while the handler runs: onSend still comes and stores it;
-        // if it never does, the claim ends with its lease.
-        state.claim.abandon();
-      }
-    });
+    state.claim = decision.claim;
+    (reply.raw as unknown as Stateful)[STATE] = state;
+    reply.raw.on('close', onRawClose);
   });
 
   fastify.addHook('onError', async function idempotencyError(request, _reply, error) {
-    const state = pending.get(request);
-    if (!state || state.settled) return;
+    const state = (request as unknown as Stateful)[STATE];
+    if (!state?.claim || state.settled) return;
     // Thrown, whatever status the error handler then answers: release.
     state.settled = true;
     await state.claim.fail(error);
   });
 
-  fastify.addHook('onSend', async function idempotencyCapture(request, reply, payload: unknown) {
+  fastify.addHook('onSend', function idempotencyCapture(request, reply, payload: unknown, done) {
+    const state = stateOf(request, reply);
     // An answer before the body was read to its end (Fastify's own 413 for a body over
     // `bodyLimit`, our 400 before reading): drain before closing, so a client still sending
     // gets the answer instead of a reset.
-    if (!request.raw.complete && layerFor(request)?.covers(request.method)) endAfterDrain(request.raw, reply.raw);
-    const state = pending.get(request);
-    if (!state || state.settled) return payload;
+    if (state && !request.raw.complete) endAfterDrain(request.raw, reply.raw);
+    const claim = state?.claim;
+    if (!claim || state.settled) {
+      done(null, payload);
+      return;
+    }
     state.settled = true;
     const head: Omit<CapturedResponse, 'body'> = { status: reply.statusCode, headers: reply.getHeaders() };
+    const sent = () => done(null, payload);
     const bytes = payloadBytes(payload);
     if (bytes) {
       // Held here until stored, so a client that saw the answer gets the replay on retry.
-      await state.claim.finish({ ...head, body: bytes });
-      return payload;
+      claim.finish({ ...head, body: bytes }).then(sent, done);
+      return;
     }
     // (Fastify sends a Response or a Blob in its own way: those stay as they are.)
     if (!(typeof Response !== 'undefined' && payload instanceof Response) && !(typeof Blob !== 'undefined' && payload instanceof Blob)) {
       const stream = toNodeStream(payload);
-      if (stream) return captureStream(stream, state.claim, head);
+      if (stream) {
+        done(null, captureStream(stream, claim, head));
+        return;
+      }
     }
     // Something Fastify sends in its own way (a fetch Response): not capturable.
-    await state.claim.finish({ ...head, body: null });
-    return payload;
+    claim.finish({ ...head, body: null }).then(sent, done);
   });
 }
 

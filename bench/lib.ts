@@ -68,7 +68,9 @@ export async function bundleEntries(): Promise<string> {
   }
   try {
     const esbuild = await import('esbuild');
-    const outdir = path.join(ROOT, 'node_modules/.cache/idempotency-kit-bench');
+    // In the checkout, not in node_modules: a worktree whose node_modules links to another
+    // checkout's would otherwise overwrite that checkout's bundles (and run them).
+    const outdir = path.join(ROOT, 'bench/.build');
     for (const name of Object.keys(entries) as (keyof typeof entries)[]) {
       if (name === 'server' && process.env.BENCH_SERVER) continue;
       const outfile = path.join(outdir, `${name}.mjs`);

@@ -2,11 +2,12 @@
  * Request fingerprints: method, route path, sorted query, canonical body (object
  * key order does not matter) and the `fingerprintHeaders`, hashed with SHA-256.
  *
- * Plain JSON values are canonicalised by `JSON.stringify` with a replacer that hands it
- * each object with its keys in canonical order (native speed: 2–5× faster than a walk in
- * JavaScript, see docs/benchmarks.md); a value nested too deeply for that takes an
- * iterative walk that writes the same text. Anything else (Dates, Maps, class instances,
- * shared references, cycles, NaN) goes through `object-hash`.
+ * Plain JSON values are canonicalised in two steps: a walk that checks the value and
+ * copies only the objects whose keys are out of canonical order, then a plain
+ * `JSON.stringify` of the result, which writes the text natively (a replacer function
+ * would be called back for every value, and cost twice as much); a value nested too
+ * deeply for that takes an iterative walk that writes the same text. Anything else (Dates,
+ * Maps, class instances, shared references, cycles, NaN) goes through `object-hash`.
  *
  * Canonical key order is the order in which JavaScript enumerates an object built by
  * inserting the keys sorted: array-index keys ("0", "7", "10") in numeric order first,
@@ -50,64 +51,93 @@ function sortKeys(keys: string[]): void {
   }
 }
 
+/** Whether an object's keys (as `Object.keys` lists them) are in canonical order already. */
+function inOrder(keys: string[]): boolean {
+  for (let i = 1; i < keys.length; i++) if (keys[i - 1]! > keys[i]!) return false;
+  return true;
+}
+
 /**
- * `o` itself when its keys already enumerate in canonical order (no copy), else a
- * null-prototype copy with the keys inserted sorted. The copy has no prototype so that a
- * `__proto__` key (JSON.parse makes it an own property) stays a plain key.
+ * An empty object to insert canonically ordered keys into. A `__proto__` key (JSON.parse
+ * makes it an own property) would set the prototype of `{}`, so then it has none.
+ */
+function emptyFor(keys: string[]): Record<string, unknown> {
+  for (let i = 0; i < keys.length; i++) if (keys[i] === '__proto__') return Object.create(null) as Record<string, unknown>;
+  return {};
+}
+
+/**
+ * `o` itself when its keys already enumerate in canonical order (no copy), else a copy with
+ * the keys inserted sorted.
  */
 function canonicalObject(o: Record<string, unknown>): Record<string, unknown> {
   const keys = Object.keys(o);
-  let sorted = true;
-  for (let i = 1; i < keys.length; i++) {
-    if (keys[i - 1]! > keys[i]!) {
-      sorted = false;
-      break;
-    }
-  }
-  if (sorted) return o;
+  if (inOrder(keys)) return o;
   sortKeys(keys);
-  const copy: Record<string, unknown> = Object.create(null);
+  const copy = emptyFor(keys);
   for (let i = 0; i < keys.length; i++) copy[keys[i]!] = o[keys[i]!];
   return copy;
 }
 
 /**
- * For JSON.parse output: only plain objects, arrays, strings, numbers, booleans and null,
- * never shared. A number too large for a double parses to Infinity, which JSON.stringify
- * would write as null: such a body counts by its bytes instead.
+ * What `JSON.stringify` turns into the canonical text: `value` where it is canonical
+ * already, else a copy of the objects (and the arrays holding them) whose keys were out of
+ * order. Throws NOT_PLAIN at the first value that is not plain JSON data; `seen` (values
+ * from code) makes a repeated object (a cycle or a shared reference) one of those. Values
+ * from JSON.parse are plain by construction, and are never shared: they pass no `seen`.
  */
-function parsedReplacer(_key: string, value: unknown): unknown {
-  if (typeof value === 'object') return value !== null && !Array.isArray(value) ? canonicalObject(value as Record<string, unknown>) : value;
-  if (typeof value === 'number' && !Number.isFinite(value)) throw NOT_PLAIN;
-  return value;
-}
-
-/** For values from code: anything that is not plain JSON data stops the walk. */
-function checkingReplacer(seen: Set<object>) {
-  return function replacer(this: Record<string, unknown>, key: string, value: unknown): unknown {
-    // `this[key]` is the value before a toJSON() turned it into something else (a Date).
-    const raw = this[key];
-    switch (typeof raw) {
-      case 'string':
-      case 'boolean':
-      case 'undefined': // dropped from objects, null in arrays: as JSON does
-        return value;
-      case 'number':
-        if (Number.isFinite(raw)) return value;
-        throw NOT_PLAIN;
-      case 'object': {
-        if (raw === null) return null;
-        // A repeated object is a cycle or a shared reference: not plain JSON data.
-        if (seen.has(raw)) throw NOT_PLAIN;
-        seen.add(raw);
-        if (Array.isArray(raw)) return raw;
-        if (!isPlainObject(raw) || typeof raw.toJSON === 'function') throw NOT_PLAIN;
-        return canonicalObject(raw);
-      }
-      default: // functions, symbols, bigints
-        throw NOT_PLAIN;
+function canonicalCopy(value: unknown, seen: Set<object> | undefined): unknown {
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+    case 'undefined': // dropped from objects, null in arrays: as JSON does
+      return value;
+    case 'number':
+      // A number too large for a double parses to Infinity, which JSON would write as null.
+      if (Number.isFinite(value)) return value;
+      throw NOT_PLAIN;
+    case 'object':
+      break;
+    default: // functions, symbols, bigints
+      throw NOT_PLAIN;
+  }
+  if (value === null) return null;
+  if (seen) {
+    if (seen.has(value)) throw NOT_PLAIN;
+    seen.add(value);
+  }
+  if (Array.isArray(value)) {
+    let copy: unknown[] | undefined;
+    // An own toJSON would make JSON.stringify write something else: its elements count.
+    if (seen && typeof (value as { toJSON?: unknown }).toJSON === 'function') copy = Array.from(value);
+    for (let i = 0; i < value.length; i++) {
+      const element: unknown = value[i];
+      const canonical = canonicalCopy(element, seen);
+      if (canonical !== element) (copy ??= value.slice())[i] = canonical;
     }
-  };
+    return copy ?? value;
+  }
+  const o = value as Record<string, unknown>;
+  if (seen && (!isPlainObject(o) || typeof o.toJSON === 'function')) throw NOT_PLAIN;
+  const keys = Object.keys(o);
+  if (inOrder(keys)) {
+    let copy: Record<string, unknown> | undefined;
+    for (let i = 0; i < keys.length; i++) {
+      const member = o[keys[i]!];
+      const canonical = canonicalCopy(member, seen);
+      if (canonical === member) continue;
+      if (copy === undefined) {
+        copy = emptyFor(keys);
+        for (let j = 0; j < keys.length; j++) copy[keys[j]!] = o[keys[j]!];
+      }
+      copy[keys[i]!] = canonical;
+    }
+    return copy ?? o;
+  }
+  sortKeys(keys);
+  const copy = emptyFor(keys);
+  for (let i = 0; i < keys.length; i++) copy[keys[i]!] = canonicalCopy(o[keys[i]!], seen);
+  return copy;
 }
 
 /** The canonical order of an object's keys (see the module comment). */
@@ -177,9 +207,13 @@ function canonicalJsonIterative(value: unknown): string | undefined {
   return out.join('');
 }
 
-function stringify(value: unknown, replacer: (this: never, key: string, value: unknown) => unknown): string | undefined {
+/**
+ * The canonical text of `value`, or `undefined` when it is not plain JSON data. `checked`:
+ * a value from code (checked for prototypes, toJSON and repeats), else from JSON.parse.
+ */
+function stringify(value: unknown, checked: boolean): string | undefined {
   try {
-    return JSON.stringify(value, replacer as (key: string, value: unknown) => unknown);
+    return JSON.stringify(canonicalCopy(value, checked ? new Set() : undefined));
   } catch (error) {
     if (error === NOT_PLAIN) return undefined;
     // Nested deeper than the native recursion goes: same text, by the explicit stack.
@@ -194,7 +228,7 @@ function stringify(value: unknown, replacer: (this: never, key: string, value: u
  */
 export function canonicalJson(value: unknown): string | undefined {
   if (value === undefined) return undefined;
-  return stringify(value, checkingReplacer(new Set()));
+  return stringify(value, true);
 }
 
 /** Canonical text of a JSON document's text, or undefined when it is not JSON. */
@@ -205,7 +239,7 @@ function canonicalJsonText(text: string): string | undefined {
   } catch {
     return undefined;
   }
-  return stringify(parsed, parsedReplacer);
+  return stringify(parsed, false);
 }
 
 /** Hash any value canonically: plain JSON by the fast path, the rest by object-hash. */
@@ -271,7 +305,7 @@ function bodyPart(body: unknown, json: boolean): string | Uint8Array {
   if (typeof body === 'object' && isParsedJsonBody(body)) {
     if (body.bytes.length === 0) return '\u0000none';
     if (json) {
-      const canonical = stringify(body.value, parsedReplacer);
+      const canonical = stringify(body.value, false);
       if (canonical !== undefined) return `\u0000json${canonical}`;
     }
     return body.bytes;

@@ -204,62 +204,92 @@ export interface ResponseCapture {
   detach(): void;
 }
 
-export function captureResponse(res: ServerResponse, claim: HttpClaim): ResponseCapture {
-  const recorder = new BodyRecorder(claim.maxResponseBytes);
-  let headHeaders: OutgoingHttpHeaders = {};
-  let finished = false;
+type WriteHead = (...args: unknown[]) => ServerResponse;
+type Write = (...args: unknown[]) => boolean;
+type End = (...args: unknown[]) => ServerResponse;
 
-  const keep = (chunk: unknown, encoding: unknown) => {
+const CAPTURE: unique symbol = Symbol('idempotency-kit.capture');
+type CapturedServerResponse = ServerResponse & { [CAPTURE]?: Capture };
+
+/**
+ * One response's capture. Its state is an instance on the response (under a symbol) and the
+ * wrappers are shared functions that find it through `this`, so a capture allocates no
+ * closures. A capture whose state sits in closures, reached from an object literal (as a
+ * getter did), ties the request and response to objects the collector keeps in the old
+ * generation: every first execution's request and response were then promoted instead of
+ * dying young, which cost more CPU than the rest of the layer.
+ */
+class Capture implements ResponseCapture {
+  ended = false;
+  readonly recorder: BodyRecorder;
+  /** Headers passed to writeHead (they never reach `getHeaders()`), lower-cased. */
+  headHeaders: OutgoingHttpHeaders | undefined;
+
+  constructor(
+    readonly res: ServerResponse,
+    readonly claim: HttpClaim,
+    readonly writeHead: WriteHead,
+    readonly write: Write,
+    readonly end: End,
+  ) {
+    this.recorder = new BodyRecorder(claim.maxResponseBytes);
+  }
+
+  keep(chunk: unknown, encoding: unknown): void {
     const bytes = toBytes(chunk, encoding);
     // Copy what the caller may reuse (its buffer); a string's bytes were made here.
-    if (bytes) recorder.add(bytes, typeof chunk !== 'string');
-  };
+    if (bytes) this.recorder.add(bytes, typeof chunk !== 'string');
+  }
 
-  const originalWriteHead = res.writeHead;
-  const originalWrite = res.write;
-  const originalEnd = res.end;
-  const detach = () => {
-    res.writeHead = originalWriteHead;
-    res.write = originalWrite;
-    res.end = originalEnd;
-  };
+  detach(): void {
+    const { res } = this;
+    res.writeHead = this.writeHead as ServerResponse['writeHead'];
+    res.write = this.write as ServerResponse['write'];
+    res.end = this.end as ServerResponse['end'];
+  }
+}
 
-  res.writeHead = function writeHead(this: ServerResponse, ...args: unknown[]) {
-    const headers = headersFromArgs(args.slice(1));
-    if (headers) {
-      headHeaders = { ...headHeaders };
-      for (const [k, v] of Object.entries(headers)) headHeaders[k.toLowerCase()] = v;
-    }
-    return (originalWriteHead as (...a: unknown[]) => ServerResponse).apply(this, args);
-  } as ServerResponse['writeHead'];
+function capturingWriteHead(this: CapturedServerResponse, ...args: unknown[]): ServerResponse {
+  const capture = this[CAPTURE]!;
+  const headers = headersFromArgs(args.slice(1));
+  if (headers) {
+    const kept = { ...capture.headHeaders };
+    for (const [k, v] of Object.entries(headers)) kept[k.toLowerCase()] = v;
+    capture.headHeaders = kept;
+  }
+  return capture.writeHead.apply(this, args);
+}
 
-  res.write = function write(this: ServerResponse, chunk: unknown, ...rest: unknown[]) {
-    keep(chunk, rest[0]);
-    return (originalWrite as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
-  } as ServerResponse['write'];
+function capturingWrite(this: CapturedServerResponse, chunk: unknown, ...rest: unknown[]): boolean {
+  const capture = this[CAPTURE]!;
+  capture.keep(chunk, rest[0]);
+  return capture.write.call(this, chunk, ...rest);
+}
 
-  res.end = function end(this: ServerResponse, ...args: unknown[]) {
-    if (finished) return (originalEnd as (...a: unknown[]) => ServerResponse).apply(this, args);
-    finished = true;
-    const chunk = typeof args[0] === 'function' ? undefined : args[0];
-    keep(chunk, typeof args[1] === 'string' ? args[1] : undefined);
-    const captured: CapturedResponse = {
-      status: res.statusCode,
-      headers: { ...(res.getHeaders() as CapturedResponse['headers']), ...(headHeaders as CapturedResponse['headers']) },
-      body: recorder.bytes(),
-    };
-    detach();
-    const send = () => (originalEnd as (...a: unknown[]) => ServerResponse).apply(res, args);
-    void claim.finish(captured).then(send, send);
-    return res;
-  } as ServerResponse['end'];
+function capturingEnd(this: CapturedServerResponse, ...args: unknown[]): ServerResponse {
+  const capture = this[CAPTURE]!;
+  if (capture.ended) return capture.end.apply(this, args);
+  capture.ended = true;
+  const chunk = typeof args[0] === 'function' ? undefined : args[0];
+  capture.keep(chunk, typeof args[1] === 'string' ? args[1] : undefined);
+  const { res } = capture;
+  // getHeaders() returns a copy: the writeHead headers go on top of it.
+  const headers = res.getHeaders() as CapturedResponse['headers'];
+  if (capture.headHeaders) Object.assign(headers, capture.headHeaders);
+  const captured: CapturedResponse = { status: res.statusCode, headers, body: capture.recorder.bytes() };
+  capture.detach();
+  const send = () => capture.end.apply(res, args);
+  void capture.claim.finish(captured).then(send, send);
+  return res;
+}
 
-  return {
-    get ended() {
-      return finished;
-    },
-    detach,
-  };
+export function captureResponse(res: ServerResponse, claim: HttpClaim): ResponseCapture {
+  const capture = new Capture(res, claim, res.writeHead as WriteHead, res.write as Write, res.end as End);
+  (res as CapturedServerResponse)[CAPTURE] = capture;
+  res.writeHead = capturingWriteHead as ServerResponse['writeHead'];
+  res.write = capturingWrite as ServerResponse['write'];
+  res.end = capturingEnd as ServerResponse['end'];
+  return capture;
 }
 
 /**

@@ -100,6 +100,24 @@ export function fastifySpecifics(): void {
       expect((await send(url, { path: '/eu/orders', key: k })).headers['idempotent-replayed']).toBe('true');
     });
 
+    it('registered again in a child context (another header, another store), each registration keeps its own per-request state', async () => {
+      const calls = new Calls();
+      const app = create();
+      await app.register(idempotency, { store: memoryStore(), scope: 'shared' });
+      await app.register(async (child) => {
+        await child.register(idempotency, { store: memoryStore(), scope: 'shared', header: 'X-Request-Key', wait: 0 });
+        child.post('/orders', async () => ({ n: calls.hit('orders') }));
+      });
+      const url = await listen(app);
+      const headers = { 'x-request-key': key() };
+      const k = key();
+      const first = await send(url, { path: '/orders', key: k, headers });
+      expect(first.status, first.text).toBe(200);
+      const again = await send(url, { path: '/orders', key: k, headers });
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(calls.count('orders')).toBe(1);
+    });
+
     it('H7 H12: string, Buffer, Node and web stream payloads are replayed byte for byte; a hijacked reply completes without a body', async () => {
       const calls = new Calls();
       const app = create();

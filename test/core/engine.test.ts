@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
-import { Engine, storageKey, type IdempotencyEvent } from '../../src/engine.js';
+import { Engine, newToken, storageKey, type IdempotencyEvent } from '../../src/engine.js';
 import {
   IdempotencyConflictError,
   IdempotencyMismatchError,
@@ -168,6 +168,12 @@ describe('engine', () => {
     if (second.type === 'execute') expect(await second.lease.complete(response(201))).toBe(true);
     const replay = await other.acquire('k', undefined, 'fp');
     expect(replay.type === 'replay' && replay.record.response.status).toBe(201);
+  });
+
+  it('H18: every claim gets its own fencing token of 128 random bits, across refills of the random pool', () => {
+    const tokens = Array.from({ length: 1000 }, () => newToken());
+    expect(new Set(tokens).size).toBe(tokens.length);
+    for (const token of tokens) expect(Buffer.from(token, 'base64url')).toHaveLength(16);
   });
 
   it('H18: a renewal refused by token stops renewing and emits lease-lost', async () => {

@@ -72,6 +72,25 @@ describe('fingerprint (H14)', () => {
     expect(custom({ id: 1 }, { url: '/other' })).not.toBe(custom({ id: 1 }));
   });
 
+  it('H14: fingerprints are stable across releases: a record stored by an earlier version still matches its retry', () => {
+    // Index keys first in numeric order, then the rest by code unit; `__proto__` stays a plain key.
+    const text = '{"z":{"b":[1,{"y":null,"x":"é"}],"a":true},"10":1,"2":2,"__proto__":{"k":1},"amount":1e3}';
+    expect(canonicalJson(JSON.parse(text))).toBe('{"2":2,"10":1,"__proto__":{"k":1},"amount":1000,"z":{"a":true,"b":[1,{"x":"é","y":null}]}}');
+    const raw = Buffer.from(text);
+    expect(fp({ body: raw as never })).toBe('cW83emQGA-NQsaje8jAYMhOEiUm9vN7f1akKyIvC-Cs');
+    expect(fp({ body: new ParsedJsonBody(JSON.parse(text), raw) as never })).toBe('cW83emQGA-NQsaje8jAYMhOEiUm9vN7f1akKyIvC-Cs');
+    expect(fp({ body: { b: [3, { d: undefined, c: 'x' }], a: { y: 2, x: [undefined, 1] } } as never })).toBe(
+      'IqKCXvu-jc-UH0RRvNbfqqcJMOL3cX-8ybfv9UMjUpg',
+    );
+  });
+
+  it('canonical JSON: a shared object, or an array with its own toJSON, counts as object-hash and by its elements, as before', () => {
+    const shared = { x: 1 };
+    expect(canonicalJson({ p: shared, q: shared })).toBeUndefined();
+    const withToJson = Object.assign([{ b: 1, a: 2 }], { toJSON: () => 'other' });
+    expect(canonicalJson({ list: withToJson })).toBe('{"list":[{"a":2,"b":1}]}');
+  });
+
   it('canonical JSON survives deep nesting without a stack overflow', () => {
     let deep: unknown = 1;
     for (let i = 0; i < 200_000; i++) deep = [deep];
