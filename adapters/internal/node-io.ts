@@ -249,46 +249,69 @@ class Capture implements ResponseCapture {
   }
 }
 
-function capturingWriteHead(this: CapturedServerResponse, ...args: unknown[]): ServerResponse {
-  const capture = this[CAPTURE]!;
+function writeHeadWith(capture: Capture, res: ServerResponse, args: unknown[]): ServerResponse {
   const headers = headersFromArgs(args.slice(1));
   if (headers) {
     const kept = { ...capture.headHeaders };
     for (const [k, v] of Object.entries(headers)) kept[k.toLowerCase()] = v;
     capture.headHeaders = kept;
   }
-  return capture.writeHead.apply(this, args);
+  return capture.writeHead.apply(res, args);
 }
 
-function capturingWrite(this: CapturedServerResponse, chunk: unknown, ...rest: unknown[]): boolean {
-  const capture = this[CAPTURE]!;
-  capture.keep(chunk, rest[0]);
-  return capture.write.call(this, chunk, ...rest);
+function writeWith(capture: Capture, res: ServerResponse, args: unknown[]): boolean {
+  capture.keep(args[0], args[1]);
+  return capture.write.apply(res, args);
 }
 
-function capturingEnd(this: CapturedServerResponse, ...args: unknown[]): ServerResponse {
-  const capture = this[CAPTURE]!;
-  if (capture.ended) return capture.end.apply(this, args);
+function endWith(capture: Capture, res: ServerResponse, args: unknown[]): ServerResponse {
+  if (capture.ended) return capture.end.apply(res, args);
   capture.ended = true;
   const chunk = typeof args[0] === 'function' ? undefined : args[0];
   capture.keep(chunk, typeof args[1] === 'string' ? args[1] : undefined);
-  const { res } = capture;
   // getHeaders() returns a copy: the writeHead headers go on top of it.
-  const headers = res.getHeaders() as CapturedResponse['headers'];
+  const headers = capture.res.getHeaders() as CapturedResponse['headers'];
   if (capture.headHeaders) Object.assign(headers, capture.headHeaders);
-  const captured: CapturedResponse = { status: res.statusCode, headers, body: capture.recorder.bytes() };
+  const captured: CapturedResponse = { status: capture.res.statusCode, headers, body: capture.recorder.bytes() };
   capture.detach();
-  const send = () => capture.end.apply(res, args);
+  const target = capture.res;
+  const send = () => capture.end.apply(target, args);
   void capture.claim.finish(captured).then(send, send);
-  return res;
+  return target;
+}
+
+// The first capture of a response: shared wrappers that find it under the symbol.
+function capturingWriteHead(this: CapturedServerResponse, ...args: unknown[]): ServerResponse {
+  return writeHeadWith(this[CAPTURE]!, this, args);
+}
+function capturingWrite(this: CapturedServerResponse, ...args: unknown[]): boolean {
+  return writeWith(this[CAPTURE]!, this, args);
+}
+function capturingEnd(this: CapturedServerResponse, ...args: unknown[]): ServerResponse {
+  return endWith(this[CAPTURE]!, this, args);
 }
 
 export function captureResponse(res: ServerResponse, claim: HttpClaim): ResponseCapture {
   const capture = new Capture(res, claim, res.writeHead as WriteHead, res.write as Write, res.end as End);
-  (res as CapturedServerResponse)[CAPTURE] = capture;
-  res.writeHead = capturingWriteHead as ServerResponse['writeHead'];
-  res.write = capturingWrite as ServerResponse['write'];
-  res.end = capturingEnd as ServerResponse['end'];
+  const target = res as CapturedServerResponse;
+  if (target[CAPTURE] === undefined) {
+    target[CAPTURE] = capture;
+    res.writeHead = capturingWriteHead as ServerResponse['writeHead'];
+    res.write = capturingWrite as ServerResponse['write'];
+    res.end = capturingEnd as ServerResponse['end'];
+  } else {
+    // A second layer on the same response (another header, another store): its wrappers
+    // hold it in closures and call the first one's, which still find theirs by the symbol.
+    res.writeHead = function writeHead(this: ServerResponse, ...args: unknown[]) {
+      return writeHeadWith(capture, this, args);
+    } as ServerResponse['writeHead'];
+    res.write = function write(this: ServerResponse, ...args: unknown[]) {
+      return writeWith(capture, this, args);
+    } as ServerResponse['write'];
+    res.end = function end(this: ServerResponse, ...args: unknown[]) {
+      return endWith(capture, this, args);
+    } as ServerResponse['end'];
+  }
   return capture;
 }
 

@@ -45,6 +45,32 @@ export function expressSpecifics(name: string, express: Express): void {
       };
     const key = () => randomUUID();
 
+    it('two layers on one response (app-wide Idempotency-Key and a route\'s own header and store): both store it, each replays it', async () => {
+      const calls = new Calls();
+      const app = express();
+      app.use(express.json());
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      app.post(
+        '/orders',
+        idempotency({ store: memoryStore(), scope: 'shared', header: 'X-Request-Id' }),
+        route((req, res) => res.status(201).json({ n: calls.hit('orders') })),
+      );
+      const url = await listen(app);
+      const k = key();
+      const r = key();
+      const first = await send(url, { path: '/orders', key: k, headers: { 'X-Request-Id': r }, body: { a: 1 } });
+      expect(first.status).toBe(201);
+      expect(first.json()).toEqual({ n: 1 });
+      // The outer layer replays; with a new outer key, the inner layer does.
+      for (const outer of [k, key()]) {
+        const again = await send(url, { path: '/orders', key: outer, headers: { 'X-Request-Id': r }, body: { a: 1 } });
+        expect(again.status).toBe(201);
+        expect(again.json()).toEqual({ n: 1 });
+        expect(again.headers['idempotent-replayed']).toBe('true');
+      }
+      expect(calls.count('orders')).toBe(1);
+    });
+
     it('after express.json(): the parsed req.body is fingerprinted (key order free, 422 on change) and reaches the handler', async () => {
       const calls = new Calls();
       const app = express();
