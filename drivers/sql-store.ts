@@ -159,22 +159,25 @@ export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): Idempot
       return run(() => dialect.get(k)).then((row) => (row ? toRecord(row) : undefined));
     },
     complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
+      const k = keyOf(key);
+      if (typeof k !== 'string') return k;
       let completion: SqlCompletion;
-      let k: string;
       try {
         completion = { status: response.status, headers: JSON.stringify(response.headers), body: bodyBuffer(response.body), ttlMs, storageKey: key };
-        if (typeof key !== 'string') throw new TypeError(`Expected the key to be a string, got ${typeof key}`);
-        k = sqlKey(key);
       } catch (error) {
-        return Promise.reject(error); // a bad argument rejects like any store failure, never throws
+        return Promise.reject(error); // a bad response rejects like any store failure, never throws
       }
       return run(() => dialect.complete(k, token, completion));
     },
-    async release(key: string, token: string) {
-      return run(() => dialect.release(sqlKey(key), token, key));
+    release(key: string, token: string) {
+      const k = keyOf(key);
+      if (typeof k !== 'string') return k;
+      return run(() => dialect.release(k, token, key));
     },
-    async extend(key: string, token: string, leaseMs: number) {
-      return run(() => dialect.extend(sqlKey(key), token, leaseMs));
+    extend(key: string, token: string, leaseMs: number) {
+      const k = keyOf(key);
+      if (typeof k !== 'string') return k;
+      return run(() => dialect.extend(k, token, leaseMs));
     },
     async close() {
       if (closed) return;

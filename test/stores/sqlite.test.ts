@@ -49,6 +49,8 @@ describe('sqlite store specifics', () => {
       () => store.get(bad),
       () => store.complete(bad, 't', { status: 201, headers: {}, body: null }, 5000),
       () => store.complete('k', 't', { status: 201, headers: {}, body: 42 as unknown as Uint8Array }, 5000),
+      () => store.release(bad, 't'),
+      () => store.extend(bad, 't', 5000),
     ];
     for (const call of calls) {
       let result: Promise<unknown> | undefined;
