@@ -80,6 +80,7 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
       return;
     }
     const recorded = await recordResponse(c.res, claim, signal);
+    if (recorded === c.res) return;
     // Cleared first: assigning over a response merges the old one's headers into the new.
     c.res = undefined;
     c.res = recorded;
