@@ -16,7 +16,8 @@
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
 import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
-import { abandonOnAbort, assertDeclaredLength, consumeBody, recordResponse, requestInfo, toResponse, withBody } from './internal/web-io.js';
+import { lendBody } from './internal/hono-request.js';
+import { abandonOnAbort, assertDeclaredLength, consumeBody, recordResponse, requestInfo, toResponse } from './internal/web-io.js';
 
 /** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
 export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;
@@ -56,11 +57,12 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
         return new Uint8Array(await c.req.arrayBuffer());
       }
       // The request itself, through the server's fast path (a clone would build a second
-      // body stream); the handlers get a request with the same bytes.
+      // body stream); the handlers read the same bytes from Hono's body cache, or from a
+      // `c.req.raw` built when they ask for it.
       return (consumed = await consumeBody(request, layer.maxBodyBytes));
     };
     const decision = await layer.begin(requestInfo(request, layer, c, readBody));
-    if (consumed !== undefined && decision.type !== 'respond') c.req.raw = withBody(request, consumed);
+    if (consumed !== undefined && decision.type !== 'respond') lendBody(c.req, request, consumed);
     if (decision.type === 'respond') return toResponse(decision.response);
     if (decision.type === 'pass') return next();
     const { claim } = decision;

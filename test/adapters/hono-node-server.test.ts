@@ -157,4 +157,23 @@ describe('Hono on @hono/node-server', () => {
     }
     expect(runs).toBe(2);
   });
+
+  it('H6: the server\'s own request, read by the middleware: handlers get its bytes from c.req.json(), c.req.raw and a fetch handler it is passed to', async () => {
+    const app = new Hono();
+    app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+    app.post('/json', async (c) => c.json({ body: await c.req.json(), type: c.req.header('content-type') }, 201));
+    app.post('/raw', async (c) => c.json({ raw: await c.req.raw.text(), json: await c.req.json() }, 201));
+    app.post('/on', async (c) => {
+      const inner = new Hono().post('/*', async (ic) => ic.text(await ic.req.text()));
+      return c.text(await (await inner.fetch(c.req.raw)).text(), 201);
+    });
+    const base = await serve(app);
+    const body = { a: 1, b: 'é' };
+    const json = await send(base, { path: '/json', key: randomUUID(), body });
+    expect(json.json()).toEqual({ body, type: 'application/json' });
+    const raw = await send(base, { path: '/raw', key: randomUUID(), body });
+    expect(raw.json()).toEqual({ raw: JSON.stringify(body), json: body });
+    const on = await send(base, { path: '/on', key: randomUUID(), body });
+    expect(on.text).toBe(JSON.stringify(body));
+  });
 });
