@@ -72,18 +72,22 @@ function lendingPrototype(base: object): object {
       configurable: true,
       writable: true,
     },
-    // A cached body is what Hono answers with; only a miss needs Hono's own method (and raw).
+    // A cached body is what Hono answers with; only a miss needs Hono's own method (and
+    // raw). Text is made from the cached bytes on first use, as Hono would make it.
     text: {
       value: function text(this: LendingRequest) {
-        return bodyCache(this).text ?? inherited.text.call(this);
+        const cache = bodyCache(this);
+        if (cache.text) return cache.text;
+        if (cache.arrayBuffer) return (cache.text = cache.arrayBuffer.then((b) => decoder.decode(b)));
+        return inherited.text.call(this);
       },
       configurable: true,
       writable: true,
     },
     json: {
       value: function json(this: LendingRequest) {
-        const text = bodyCache(this).text;
-        return text ? text.then((t) => JSON.parse(t)) : inherited.json.call(this);
+        const cache = bodyCache(this);
+        return cache.text || cache.arrayBuffer ? this.text().then((t) => JSON.parse(t)) : inherited.json.call(this);
       },
       configurable: true,
       writable: true,
@@ -131,19 +135,9 @@ const RAW: PropertyDescriptor = {
 export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array): void {
   const lending = req as LendingRequest;
   const buffer = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes.buffer : bytes.slice().buffer;
-  const cache = bodyCache(lending);
-  // Bytes first: Hono makes a blob or form data from the first entry, and text would not
-  // keep a binary body whole.
-  cache.arrayBuffer = Promise.resolve(buffer as ArrayBuffer);
-  let text: Promise<string> | undefined;
-  Object.defineProperty(cache, 'text', {
-    get: () => (text ??= Promise.resolve(decoder.decode(bytes))),
-    set: (value: Promise<string>) => {
-      text = value;
-    },
-    configurable: true,
-    enumerable: true,
-  });
+  // Bytes only (text is made on first use): Hono makes a blob or form data from the first
+  // entry, and text would not keep a binary body whole.
+  bodyCache(lending).arrayBuffer = Promise.resolve(buffer as ArrayBuffer);
   if (lending[LENT] === undefined) {
     // Once per request, and the same change for every request: V8 keeps the object fast.
     Object.setPrototypeOf(lending, lendingPrototype(Object.getPrototypeOf(lending)));
