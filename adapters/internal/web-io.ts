@@ -90,6 +90,25 @@ export function headersRecord(headers: Headers): Record<string, string | string[
   return out;
 }
 
+/**
+ * A view of request headers as a record, each read from `headers` when asked for. The HTTP
+ * layer reads a few by name (content-type, the fingerprint's headers); copying them all
+ * would make a server that keeps the headers in its own form (@hono/node-server reads them
+ * from Node's) build a full `Headers` for every request. Listing the names still works.
+ */
+export function headersView(headers: Headers): Record<string, string | undefined> {
+  const value = (name: string | symbol) => (typeof name === 'string' ? (headers.get(name) ?? undefined) : undefined);
+  return new Proxy(Object.create(null) as Record<string, string | undefined>, {
+    get: (_target, name) => value(name),
+    has: (_target, name) => value(name) !== undefined,
+    ownKeys: () => [...new Set(headers.keys())], // Set-Cookie lines come one by one
+    getOwnPropertyDescriptor: (_target, name) => {
+      const found = value(name);
+      return found === undefined ? undefined : { value: found, enumerable: true, configurable: true, writable: false };
+    },
+  });
+}
+
 /** The request target (path and query) of an absolute URL. */
 export function requestTarget(url: string): string {
   const hash = url.indexOf('#');
@@ -117,7 +136,7 @@ export function requestInfo<Raw>(
   return {
     method: request.method,
     url: requestTarget(request.url),
-    headers: headersRecord(request.headers),
+    headers: headersView(request.headers),
     keyHeaderLines: request.headers.get(layer.headerName) ?? undefined,
     body,
     raw,

@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { withIdempotency } from '../../adapters/fetch.js';
 import { idempotency } from '../../adapters/hono.js';
-import { requestTarget } from '../../adapters/internal/web-io.js';
+import { headersView, requestTarget } from '../../adapters/internal/web-io.js';
 import type { IdempotencyEvent } from '../../src/engine.js';
 
 const post = (path: string, key: string | undefined, body: unknown, headers: Record<string, string> = {}) =>
@@ -149,6 +149,52 @@ describe('fetch adapter specifics', () => {
     expect(() => withIdempotency(async () => new Response(), { store: memoryStore() })).toThrow(
       /Expected `scope`.*idempotency-kit\/fetch.*scope: \(request\) => .*scope: 'shared'/,
     );
+  });
+
+  it('H14: fingerprintHeaders and the content type are read from the request headers (fetch and Hono)', async () => {
+    for (const wrap of ['fetch', 'hono'] as const) {
+      let runs = 0;
+      const options = { store: memoryStore(), scope: 'shared' as const, fingerprintHeaders: ['x-account'] };
+      const call =
+        wrap === 'fetch'
+          ? withIdempotency(async () => Response.json({ n: ++runs }, { status: 201 }), options)
+          : (() => {
+              const app = new Hono();
+              app.use(idempotency(options));
+              app.post('/orders', (c) => c.json({ n: ++runs }, 201));
+              return (request: Request) => app.request(request);
+            })();
+      const key = randomUUID();
+      expect((await call(post('/orders', key, { a: 1 }, { 'X-Account': 'a' }))).status).toBe(201);
+      expect((await call(post('/orders', key, { a: 1 }, { 'x-account': 'a' }))).headers.get('idempotent-replayed')).toBe('true');
+      expect((await call(post('/orders', key, { a: 1 }, { 'x-account': 'b' }))).status).toBe(422);
+      // JSON bodies are compared as JSON (key order does not matter): the content type was seen.
+      const reordered = new Request('http://localhost/orders', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-account': 'a' },
+        body: '{ "a": 1 }',
+      });
+      expect((await call(reordered)).headers.get('idempotent-replayed')).toBe('true');
+      expect(runs).toBe(1);
+    }
+  });
+
+  it('headersView: a record of the request headers, read on demand, listing each name once', () => {
+    const headers = new Headers([
+      ['Content-Type', 'application/json'],
+      ['x-a', '1'],
+      ['x-a', '2'],
+      ['set-cookie', 'a=1'],
+      ['set-cookie', 'b=2'],
+    ]);
+    const view = headersView(headers);
+    expect(view['content-type']).toBe('application/json');
+    expect(view['x-a']).toBe('1, 2');
+    expect(view['missing']).toBeUndefined();
+    expect('x-a' in view).toBe(true);
+    expect('missing' in view).toBe(false);
+    expect(Object.keys(view).sort()).toEqual(['content-type', 'set-cookie', 'x-a']);
+    expect({ ...view }).toEqual({ 'content-type': 'application/json', 'set-cookie': 'a=1, b=2', 'x-a': '1, 2' });
   });
 
   it('requestTarget: path and query of an absolute URL, without the fragment', () => {
