@@ -289,7 +289,7 @@ function knownBody(response: Response): Uint8Array | undefined {
  * and `streamOn`). When the client has already gone (`signal` aborted), the body is read
  * here, so that the answer is still stored and a retry replays it.
  */
-export async function recordResponse(response: Response, claim: HttpClaim, signal: AbortSignal | undefined): Promise<Response> {
+export async function recordResponse(response: Response, claim: HttpClaim, signal: { readonly aborted: boolean } | undefined): Promise<Response> {
   // Not `instanceof`: a server may swap in its own Response class (@hono/node-server does).
   if (typeof response !== 'object' || response === null || typeof (response as Response).status !== 'number' || !('body' in response)) {
     const error = new TypeError(`Expected the handler to return a Response, got ${response === null ? 'null' : typeof response}`);

@@ -15,7 +15,7 @@ import { memoryStore } from '../../drivers/memory.js';
 import { idempotency } from '../../adapters/hono.js';
 import { recordResponse } from '../../adapters/internal/web-io.js';
 import type { CapturedResponse, HttpClaim } from '../../src/http.js';
-import { send } from './client.js';
+import { send, sendAndAbort } from './client.js';
 
 const NativeResponse = globalThis.Response;
 const servers: http.Server[] = [];
@@ -156,6 +156,32 @@ describe('Hono on @hono/node-server', () => {
       expect(replay.body.equals(first.body)).toBe(true);
     }
     expect(runs).toBe(2);
+  });
+
+  it('H13 H17: a client gone mid-request: the response is still stored, but the lease is no longer renewed', async () => {
+    const app = new Hono();
+    let runs = 0;
+    app.use(idempotency({ store: memoryStore(), scope: 'shared', leaseMs: 150, wait: 0 }));
+    app.post('/slow', async (c) => {
+      const n = ++runs;
+      await new Promise((resolve) => setTimeout(resolve, Number(c.req.query('ms'))));
+      return c.json({ n }, 201);
+    });
+    const base = await serve(app);
+    // Gone after 30 ms of a 600 ms handler: once the 150 ms lease runs out, the key is free.
+    const key = randomUUID();
+    await sendAndAbort(base, { path: '/slow?ms=600', key, body: {} }, 30);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const takeover = await send(base, { path: '/slow?ms=0', key, body: {} });
+    expect(takeover.status).toBe(201);
+    expect(takeover.json()).toEqual({ n: 2 });
+    // Gone after 30 ms of a 100 ms handler: its response is stored, the retry replays it.
+    const stored = randomUUID();
+    await sendAndAbort(base, { path: '/slow?ms=100', key: stored, body: {} }, 30);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const retry = await send(base, { path: '/slow?ms=100', key: stored, body: {} });
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(runs).toBe(3);
   });
 
   it('H6: the server\'s own request, read by the middleware: handlers get its bytes from c.req.json(), c.req.raw and a fetch handler it is passed to', async () => {
