@@ -266,8 +266,8 @@ const encoder = new TextEncoder();
  * `[status, body, headers]` under a private symbol until something reads `body`; reading
  * it there would turn it into a full Response and a stream, where the server otherwise
  * writes a string or bytes straight to the socket. Anything not of that exact shape takes
- * the standard path (read the stream), so a change in that package costs speed, never
- * correctness.
+ * the standard path (read the stream); test/adapters/hono-node-server.test.ts pins both
+ * paths against the installed version.
  */
 function knownBody(response: Response): Uint8Array | undefined {
   for (const symbol of Object.getOwnPropertySymbols(response)) {
