@@ -15,8 +15,9 @@
  * app.post('/orders', async (c) => c.json({ id: 42, ...(await c.req.json()) }, 201));
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
-import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
-import { abandonOnAbort, assertDeclaredLength, consumeBody, recordResponse, requestInfo, toResponse, withBody } from './internal/web-io.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
+import { lendBody } from './internal/hono-request.js';
+import { abandonOnAbort, assertDeclaredLength, consumeBody, recordResponse, requestInfo, toResponse } from './internal/web-io.js';
 
 /** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
 export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;
@@ -35,6 +36,38 @@ const honoDefaults: AdapterDefaults<Context> = {
   principalSource: "c.get('jwtPayload').sub, c.get('user').id and c.get('user').sub",
   scopeExample: "(c) => c.get('jwtPayload').sub",
 };
+
+/** Node's response, as @hono/node-server passes it to the app (`c.env.outgoing`). */
+interface NodeOutgoing {
+  once(event: 'close', listener: () => void): unknown;
+  readonly writableFinished: boolean;
+  readonly destroyed: boolean;
+}
+
+/**
+ * Stop renewing the claim's lease once the client is gone, and say whether it is. On
+ * @hono/node-server, Node's response tells (closed before it finished); the request's
+ * `signal` would be made there on first use, an AbortController and a listener for every
+ * request. Elsewhere, the request's signal.
+ */
+function clientGone(c: Context, request: Request, claim: HttpClaim): { readonly aborted: boolean } {
+  const outgoing = (c.env as { outgoing?: Partial<NodeOutgoing> } | undefined)?.outgoing;
+  if (typeof outgoing?.once !== 'function' || typeof outgoing.writableFinished !== 'boolean') {
+    abandonOnAbort(request.signal, claim);
+    return request.signal;
+  }
+  const node = outgoing as NodeOutgoing;
+  const state = { aborted: node.destroyed && !node.writableFinished };
+  if (state.aborted) claim.abandon();
+  else {
+    node.once('close', () => {
+      if (node.writableFinished) return;
+      state.aborted = true;
+      claim.abandon();
+    });
+  }
+  return state;
+}
 
 /**
  * Protect the handlers after it. Place it after authentication (the key space is the
@@ -56,16 +89,16 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
         return new Uint8Array(await c.req.arrayBuffer());
       }
       // The request itself, through the server's fast path (a clone would build a second
-      // body stream); the handlers get a request with the same bytes.
+      // body stream); the handlers read the same bytes from Hono's body cache, or from a
+      // `c.req.raw` built when they ask for it.
       return (consumed = await consumeBody(request, layer.maxBodyBytes));
     };
     const decision = await layer.begin(requestInfo(request, layer, c, readBody));
-    if (consumed !== undefined && decision.type !== 'respond') c.req.raw = withBody(request, consumed);
+    if (consumed !== undefined && decision.type !== 'respond') lendBody(c.req, request, consumed);
     if (decision.type === 'respond') return toResponse(decision.response);
     if (decision.type === 'pass') return next();
     const { claim } = decision;
-    const { signal } = request;
-    abandonOnAbort(signal, claim);
+    const signal = clientGone(c, request, claim);
     try {
       await next();
     } catch (error) {
@@ -80,6 +113,7 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
       return;
     }
     const recorded = await recordResponse(c.res, claim, signal);
+    if (recorded === c.res) return;
     // Cleared first: assigning over a response merges the old one's headers into the new.
     c.res = undefined;
     c.res = recorded;

@@ -90,6 +90,25 @@ export function headersRecord(headers: Headers): Record<string, string | string[
   return out;
 }
 
+/**
+ * A view of request headers as a record, each read from `headers` when asked for. The HTTP
+ * layer reads a few by name (content-type, the fingerprint's headers); copying them all
+ * would make a server that keeps the headers in its own form (@hono/node-server reads them
+ * from Node's) build a full `Headers` for every request. Listing the names still works.
+ */
+export function headersView(headers: Headers): Record<string, string | undefined> {
+  const value = (name: string | symbol) => (typeof name === 'string' ? (headers.get(name) ?? undefined) : undefined);
+  return new Proxy(Object.create(null) as Record<string, string | undefined>, {
+    get: (_target, name) => value(name),
+    has: (_target, name) => value(name) !== undefined,
+    ownKeys: () => [...new Set(headers.keys())], // Set-Cookie lines come one by one
+    getOwnPropertyDescriptor: (_target, name) => {
+      const found = value(name);
+      return found === undefined ? undefined : { value: found, enumerable: true, configurable: true, writable: false };
+    },
+  });
+}
+
 /** The request target (path and query) of an absolute URL. */
 export function requestTarget(url: string): string {
   const hash = url.indexOf('#');
@@ -117,7 +136,7 @@ export function requestInfo<Raw>(
   return {
     method: request.method,
     url: requestTarget(request.url),
-    headers: headersRecord(request.headers),
+    headers: headersView(request.headers),
     keyHeaderLines: request.headers.get(layer.headerName) ?? undefined,
     body,
     raw,
@@ -140,12 +159,20 @@ type Read = Awaited<ReturnType<ReadableStreamDefaultReader<Uint8Array>['read']>>
 
 const NOT_YET = Symbol('not yet');
 
+/** Settles with NOT_YET after a few microtasks: a chunk a body already holds arrives sooner. */
+function soon(): Promise<typeof NOT_YET> {
+  return Promise.resolve(NOT_YET).then(same).then(same).then(same);
+}
+const same = <T>(value: T): T => value;
+
 /**
  * Read what the body has ready within one turn of the event loop. A body made from a
  * string, bytes or a Blob is whole by then, so it is stored before the response goes out
  * and sent as plain bytes; a body still being produced (a stream) is not, and is recorded
  * as it streams (`streamOn`). With `untilEnd` (the client is gone: no one will read the
- * body) it reads to the end, or until the body is over the limit.
+ * body) it reads to the end, or until the body is over the limit. The turn's timer is
+ * only set once a read does not settle within a few microtasks, which every body already
+ * held in memory does: most responses need no timer.
  */
 async function readReady(
   reader: ReadableStreamDefaultReader<Uint8Array>,
@@ -154,11 +181,15 @@ async function readReady(
 ): Promise<{ done: boolean; sent: Uint8Array[]; pending?: Promise<Read> }> {
   const sent: Uint8Array[] = [];
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const turn = untilEnd ? undefined : new Promise<typeof NOT_YET>((resolve) => (timer = setTimeout(resolve, 0, NOT_YET)));
+  let turn: Promise<typeof NOT_YET> | undefined;
   try {
     for (;;) {
       const pending = reader.read();
-      const result = turn ? await Promise.race([pending, turn]) : await pending;
+      let result = untilEnd ? await pending : await Promise.race([pending, soon()]);
+      if (result === NOT_YET) {
+        turn ??= new Promise<typeof NOT_YET>((resolve) => (timer = setTimeout(resolve, 0, NOT_YET)));
+        result = await Promise.race([pending, turn]);
+      }
       if (result === NOT_YET) return { done: false, sent, pending }; // Promise.race handles its rejection until streamOn awaits it
       if (result.done) return { done: true, sent };
       sent.push(result.value);
@@ -227,12 +258,38 @@ function streamOn(
   );
 }
 
+const encoder = new TextEncoder();
+
+/**
+ * The bytes of a body that a server's own Response class keeps as given, or `undefined`
+ * when it cannot be told without reading the body. @hono/node-server's Response keeps
+ * `[status, body, headers]` under a private symbol until something reads `body`; reading
+ * it there would turn it into a full Response and a stream, where the server otherwise
+ * writes a string or bytes straight to the socket. Anything not of that exact shape takes
+ * the standard path (read the stream); test/adapters/hono-node-server.test.ts pins both
+ * paths against the installed version.
+ */
+function knownBody(response: Response): Uint8Array | undefined {
+  for (const symbol of Object.getOwnPropertySymbols(response)) {
+    if (symbol.description !== 'cache') continue;
+    const kept: unknown = (response as unknown as Record<symbol, unknown>)[symbol];
+    if (!Array.isArray(kept) || kept.length !== 3 || kept[0] !== response.status) return undefined;
+    const body: unknown = kept[1];
+    if (body === null) return EMPTY;
+    if (typeof body === 'string') return encoder.encode(body);
+    // A copy (`Buffer#slice` would not be one): the handler may reuse its buffer.
+    if (body instanceof Uint8Array) return new Uint8Array(body);
+    return undefined;
+  }
+  return undefined;
+}
+
 /**
  * Record the handler's response for replay and return the one to send (see `readReady`
  * and `streamOn`). When the client has already gone (`signal` aborted), the body is read
  * here, so that the answer is still stored and a retry replays it.
  */
-export async function recordResponse(response: Response, claim: HttpClaim, signal: AbortSignal | undefined): Promise<Response> {
+export async function recordResponse(response: Response, claim: HttpClaim, signal: { readonly aborted: boolean } | undefined): Promise<Response> {
   // Not `instanceof`: a server may swap in its own Response class (@hono/node-server does).
   if (typeof response !== 'object' || response === null || typeof (response as Response).status !== 'number' || !('body' in response)) {
     const error = new TypeError(`Expected the handler to return a Response, got ${response === null ? 'null' : typeof response}`);
@@ -240,6 +297,12 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     throw error;
   }
   const head: Head = { status: response.status, headers: headersRecord(response.headers) };
+  const known = knownBody(response);
+  if (known !== undefined) {
+    // Nothing read from it: the server sends it as it would have without us.
+    await claim.finish({ ...head, body: known });
+    return response;
+  }
   if (response.body === null) {
     await claim.finish({ ...head, body: EMPTY });
     return response;

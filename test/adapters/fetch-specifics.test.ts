@@ -6,11 +6,13 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Hono, type Context } from 'hono';
+import { cloneRawRequest } from 'hono/request';
+import { validator } from 'hono/validator';
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { withIdempotency } from '../../adapters/fetch.js';
 import { idempotency } from '../../adapters/hono.js';
-import { requestTarget } from '../../adapters/internal/web-io.js';
+import { headersView, requestTarget } from '../../adapters/internal/web-io.js';
 import type { IdempotencyEvent } from '../../src/engine.js';
 
 const post = (path: string, key: string | undefined, body: unknown, headers: Record<string, string> = {}) =>
@@ -149,6 +151,52 @@ describe('fetch adapter specifics', () => {
     );
   });
 
+  it('H14: fingerprintHeaders and the content type are read from the request headers (fetch and Hono)', async () => {
+    for (const wrap of ['fetch', 'hono'] as const) {
+      let runs = 0;
+      const options = { store: memoryStore(), scope: 'shared' as const, fingerprintHeaders: ['x-account'] };
+      const call =
+        wrap === 'fetch'
+          ? withIdempotency(async () => Response.json({ n: ++runs }, { status: 201 }), options)
+          : (() => {
+              const app = new Hono();
+              app.use(idempotency(options));
+              app.post('/orders', (c) => c.json({ n: ++runs }, 201));
+              return (request: Request) => app.request(request);
+            })();
+      const key = randomUUID();
+      expect((await call(post('/orders', key, { a: 1 }, { 'X-Account': 'a' }))).status).toBe(201);
+      expect((await call(post('/orders', key, { a: 1 }, { 'x-account': 'a' }))).headers.get('idempotent-replayed')).toBe('true');
+      expect((await call(post('/orders', key, { a: 1 }, { 'x-account': 'b' }))).status).toBe(422);
+      // JSON bodies are compared as JSON (key order does not matter): the content type was seen.
+      const reordered = new Request('http://localhost/orders', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-account': 'a' },
+        body: '{ "a": 1 }',
+      });
+      expect((await call(reordered)).headers.get('idempotent-replayed')).toBe('true');
+      expect(runs).toBe(1);
+    }
+  });
+
+  it('headersView: a record of the request headers, read on demand, listing each name once', () => {
+    const headers = new Headers([
+      ['Content-Type', 'application/json'],
+      ['x-a', '1'],
+      ['x-a', '2'],
+      ['set-cookie', 'a=1'],
+      ['set-cookie', 'b=2'],
+    ]);
+    const view = headersView(headers);
+    expect(view['content-type']).toBe('application/json');
+    expect(view['x-a']).toBe('1, 2');
+    expect(view['missing']).toBeUndefined();
+    expect('x-a' in view).toBe(true);
+    expect('missing' in view).toBe(false);
+    expect(Object.keys(view).sort()).toEqual(['content-type', 'set-cookie', 'x-a']);
+    expect({ ...view }).toEqual({ 'content-type': 'application/json', 'set-cookie': 'a=1, b=2', 'x-a': '1, 2' });
+  });
+
   it('requestTarget: path and query of an absolute URL, without the fragment', () => {
     expect(requestTarget('http://h:3000/a/b?x=1&y=2#frag')).toBe('/a/b?x=1&y=2');
     expect(requestTarget('https://h/')).toBe('/');
@@ -266,6 +314,138 @@ describe('Hono adapter specifics', () => {
     expect(replay.headers.get('location')).toBe('/orders/1');
     expect(replay.headers.getSetCookie()).toEqual([]);
     expect(await replay.text()).toBe(firstText);
+  });
+
+  describe('the body the middleware read, for what runs after it', () => {
+    const body = '{"a":1,"b":"é"}';
+    const text = (bytes: ArrayBuffer | Uint8Array) => new TextDecoder().decode(bytes);
+    const readers: Record<string, (c: Context) => Promise<string>> = {
+      'c.req.json()': async (c) => JSON.stringify(await c.req.json()),
+      'c.req.text()': (c) => c.req.text(),
+      'c.req.arrayBuffer()': async (c) => text(await c.req.arrayBuffer()),
+      'c.req.bytes()': async (c) => text(await c.req.bytes()),
+      'c.req.blob()': async (c) => (await c.req.blob()).text(),
+      'c.req.raw.json()': async (c) => JSON.stringify(await c.req.raw.json()),
+      'c.req.raw.text()': (c) => c.req.raw.text(),
+      'c.req.raw.arrayBuffer()': async (c) => text(await c.req.raw.arrayBuffer()),
+      'c.req.raw.body': async (c) => new Response(c.req.raw.body).text(),
+      'c.req.raw passed on to another fetch handler': async (c) => {
+        const inner = new Hono().post('/*', async (ic) => ic.text(await ic.req.text()));
+        return (await inner.fetch(c.req.raw)).text();
+      },
+      'new Request(c.req.raw)': (c) => new Request(c.req.raw).text(),
+      'cloneRawRequest(c.req)': async (c) => (await cloneRawRequest(c.req)).text(),
+      'c.req.text(), then c.req.raw.text()': async (c) => `${await c.req.text()}${await c.req.raw.text()}`.slice(body.length),
+      'c.req.raw.text(), then c.req.json()': async (c) => `${await c.req.raw.text()}${JSON.stringify(await c.req.json())}`.slice(body.length),
+    };
+    for (const [name, read] of Object.entries(readers)) {
+      it(`H6: a handler reading ${name} gets the bytes sent`, async () => {
+        const app = new Hono();
+        app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+        app.post('/orders', async (c) => c.json({ seen: await read(c), method: c.req.method, url: c.req.url, type: c.req.header('content-type') }, 201));
+        const key = randomUUID();
+        const send = () =>
+          app.request(new Request('http://localhost/orders?x=1', { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body }));
+        const first = await send();
+        expect(await first.json()).toEqual({ seen: body, method: 'POST', url: 'http://localhost/orders?x=1', type: 'application/json' });
+        expect((await send()).headers.get('idempotent-replayed')).toBe('true');
+      });
+    }
+
+    it('H6: a handler that reads headers, url, query and c.req.json() builds no second Request; one that asks for c.req.raw gets it', async () => {
+      const Native = globalThis.Request;
+      let built = 0;
+      globalThis.Request = class extends Native {
+        constructor(...args: ConstructorParameters<typeof Request>) {
+          super(...args);
+          built++;
+        }
+      };
+      try {
+        const app = new Hono();
+        app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+        app.post('/orders', async (c) => c.json({ key: c.req.header('idempotency-key'), q: c.req.query('q'), all: c.req.header()['x-a'], body: await c.req.json() }, 201));
+        app.post('/raw', async (c) => c.json({ body: await c.req.raw.json(), again: c.req.raw === c.req.raw }, 201));
+        const request = (path: string) =>
+          new Native(`http://localhost${path}?q=1`, { method: 'POST', headers: { 'idempotency-key': randomUUID(), 'x-a': 'b' }, body: '{"a":1}' });
+        const orders = request('/orders');
+        built = 0;
+        const reply = await app.fetch(orders);
+        expect(await reply.json()).toEqual({ key: orders.headers.get('idempotency-key'), q: '1', all: 'b', body: { a: 1 } });
+        expect(built).toBe(0);
+        const raw = request('/raw');
+        built = 0;
+        expect(await (await app.fetch(raw)).json()).toEqual({ body: { a: 1 }, again: true });
+        expect(built).toBe(1);
+      } finally {
+        globalThis.Request = Native;
+      }
+    });
+
+    it('H6: c.req.raw replaced by a later middleware is what c.req.header(), url and the body methods then see', async () => {
+      const app = new Hono();
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      app.use(async (c, next) => {
+        c.req.raw = new Request('http://localhost/other', { method: 'POST', headers: { 'x-replaced': 'yes' }, body: 'other' });
+        await next();
+      });
+      app.post('/orders', async (c) => c.json({ replaced: c.req.header('x-replaced'), url: c.req.url, raw: await c.req.raw.text() }, 201));
+      const reply = await app.request(post('/orders', randomUUID(), { a: 1 }));
+      expect(await reply.json()).toEqual({ replaced: 'yes', url: 'http://localhost/other', raw: 'other' });
+    });
+
+    it('H6: form bodies: parseBody(), formData() and a binary file in multipart keep their bytes', async () => {
+      const app = new Hono();
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      app.post('/form', async (c) => c.json(await c.req.parseBody(), 201));
+      app.post('/upload', async (c) => {
+        const file = (await c.req.formData()).get('file') as File;
+        const parsed = (await c.req.parseBody())['file'] as File;
+        return c.json({ bytes: [...new Uint8Array(await file.arrayBuffer())], same: (await parsed.arrayBuffer()).byteLength }, 201);
+      });
+      const form = await app.request(
+        new Request('http://localhost/form', {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', 'idempotency-key': randomUUID() },
+          body: 'a=1&b=%C3%A9',
+        }),
+      );
+      expect(await form.json()).toEqual({ a: '1', b: 'é' });
+      const binary = Uint8Array.from({ length: 256 }, (_, i) => i);
+      const data = new FormData();
+      data.set('file', new Blob([binary]), 'f.bin');
+      const upload = await app.request(new Request('http://localhost/upload', { method: 'POST', headers: { 'idempotency-key': randomUUID() }, body: data }));
+      expect(await upload.json()).toEqual({ bytes: [...binary], same: 256 });
+    });
+
+    it('H6: a validator after the middleware (json and form) reads the same body', async () => {
+      const app = new Hono();
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      app.post('/json', validator('json', (v) => v as { a: number }), async (c) => c.json({ valid: c.req.valid('json'), raw: await c.req.raw.text() }, 201));
+      app.post('/form', validator('form', (v) => v), async (c) => c.json({ valid: c.req.valid('form'), text: await c.req.text() }, 201));
+      const json = await app.request(post('/json', randomUUID(), { a: 1 }));
+      expect(await json.json()).toEqual({ valid: { a: 1 }, raw: '{"a":1}' });
+      const form = await app.request(
+        new Request('http://localhost/form', {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', 'idempotency-key': randomUUID() },
+          body: 'a=1',
+        }),
+      );
+      expect(await form.json()).toEqual({ valid: { a: '1' }, text: 'a=1' });
+    });
+
+    it('H6: two layers on one route (another header and store): each reads the body, the handler gets it', async () => {
+      const app = new Hono();
+      let runs = 0;
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared', header: 'X-Request-Id' }));
+      app.post('/orders', async (c) => c.json({ n: ++runs, body: await c.req.json(), raw: await c.req.raw.text() }, 201));
+      const key = randomUUID();
+      const send = () => app.request(post('/orders', key, { a: 1 }, { 'x-request-id': key }));
+      expect(await (await send()).json()).toEqual({ n: 1, body: { a: 1 }, raw: '{"a":1}' });
+      expect(await (await send()).json()).toEqual({ n: 1, body: { a: 1 }, raw: '{"a":1}' });
+    });
   });
 
   it('a context type flows to scope', () => {

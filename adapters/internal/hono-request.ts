@@ -1,0 +1,147 @@
+/**
+ * Hand the request body the Hono middleware read (to fingerprint it) on to what runs after
+ * it, without building a second `Request` for every request. Internal (not a package
+ * sub-path); Hono is imported for its types only.
+ * @module
+ */
+import type { HonoRequest } from 'hono';
+import { withBody } from './web-io.js';
+
+/** What the middleware read, and the `c.req.raw` handed out once something asked for it. */
+interface Lent {
+  readonly request: Request;
+  readonly bytes: Uint8Array;
+  raw?: Request;
+}
+
+const LENT = Symbol('idempotency-kit.lent');
+
+type LendingRequest = HonoRequest & { [LENT]?: Lent };
+
+/** Hono's body cache as it is at run time (its type names the values, it holds promises). */
+interface BodyCache {
+  text?: Promise<string>;
+  arrayBuffer?: Promise<ArrayBuffer>;
+}
+const bodyCache = (req: LendingRequest) => req.bodyCache as unknown as BodyCache;
+
+const decoder = new TextDecoder();
+
+/** The request whose url, method and headers stand for `c.req.raw`, without building it. */
+function head(req: LendingRequest): Request {
+  const lent = req[LENT]!;
+  return lent.raw ?? lent.request;
+}
+
+const lendingPrototypes = new WeakMap<object, object>();
+
+/**
+ * Hono's own request class with the members that read `c.req.raw` for its url, method or
+ * headers, or for a body Hono already holds, answered without reading it. Hono's body
+ * methods look at `raw` even when their answer is cached, and `c.req.header()` reads
+ * `raw.headers`: without these, the first of them would build the raw `Request`. Built once
+ * per Hono copy; what is not overridden is Hono's, unchanged.
+ */
+function lendingPrototype(base: object): object {
+  const known = lendingPrototypes.get(base);
+  if (known) return known;
+  const inherited = base as HonoRequest;
+  const proto: object = Object.create(base, {
+    url: {
+      get(this: LendingRequest) {
+        return head(this).url;
+      },
+      configurable: true,
+    },
+    method: {
+      get(this: LendingRequest) {
+        return head(this).method;
+      },
+      configurable: true,
+    },
+    header: {
+      value: function header(this: LendingRequest, name?: string) {
+        const headers = head(this).headers;
+        if (name) return headers.get(name) ?? undefined;
+        const all: Record<string, string> = Object.create(null);
+        headers.forEach((value, key) => {
+          all[key] = value;
+        });
+        return all;
+      },
+      configurable: true,
+      writable: true,
+    },
+    // A cached body is what Hono answers with; only a miss needs Hono's own method (and
+    // raw). Text is made from the cached bytes on first use, as Hono would make it.
+    text: {
+      value: function text(this: LendingRequest) {
+        const cache = bodyCache(this);
+        if (cache.text) return cache.text;
+        if (cache.arrayBuffer) return (cache.text = cache.arrayBuffer.then((b) => decoder.decode(b)));
+        return inherited.text.call(this);
+      },
+      configurable: true,
+      writable: true,
+    },
+    json: {
+      value: function json(this: LendingRequest) {
+        const cache = bodyCache(this);
+        return cache.text || cache.arrayBuffer ? this.text().then((t) => JSON.parse(t)) : inherited.json.call(this);
+      },
+      configurable: true,
+      writable: true,
+    },
+    arrayBuffer: {
+      value: function arrayBuffer(this: LendingRequest) {
+        return bodyCache(this).arrayBuffer ?? inherited.arrayBuffer.call(this);
+      },
+      configurable: true,
+      writable: true,
+    },
+    bytes: {
+      value: function bytes(this: LendingRequest) {
+        const buffer = bodyCache(this).arrayBuffer;
+        return buffer ? buffer.then((b) => new Uint8Array(b)) : inherited.bytes.call(this);
+      },
+      configurable: true,
+      writable: true,
+    },
+  });
+  lendingPrototypes.set(base, proto);
+  return proto;
+}
+
+/** `c.req.raw`: a request with the body's bytes, built on first use. */
+const RAW: PropertyDescriptor = {
+  get(this: LendingRequest) {
+    const lent = this[LENT]!;
+    return (lent.raw ??= withBody(lent.request, lent.bytes));
+  },
+  set(this: LendingRequest, value: Request) {
+    this[LENT]!.raw = value;
+  },
+  configurable: true,
+  enumerable: true,
+};
+
+/**
+ * Let the handlers read `bytes`, the body of `request` that the middleware consumed, as if
+ * no one had: `c.req.json()`, `text()`, `arrayBuffer()`, `bytes()`, `blob()`, `formData()`
+ * and `parseBody()` answer from Hono's body cache, and `c.req.raw` is a `Request` with the
+ * same bytes (same url, method, headers and signal) when something asks for it: to read
+ * it, pass it on to another fetch handler, or clone it.
+ */
+export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array): void {
+  const lending = req as LendingRequest;
+  const buffer = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes.buffer : bytes.slice().buffer;
+  // Bytes only (text is made on first use): Hono makes a blob or form data from the first
+  // entry, and text would not keep a binary body whole.
+  bodyCache(lending).arrayBuffer = Promise.resolve(buffer as ArrayBuffer);
+  if (lending[LENT] === undefined) {
+    // Once per request, and the same change for every request: V8 keeps the object fast.
+    Object.setPrototypeOf(lending, lendingPrototype(Object.getPrototypeOf(lending)));
+    Object.defineProperty(lending, 'raw', RAW);
+  }
+  lending[LENT] = { request, bytes };
+}

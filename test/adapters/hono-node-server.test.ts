@@ -1,0 +1,205 @@
+/**
+ * The Hono adapter on @hono/node-server, whose own Request and Response classes keep a
+ * body as given until something reads it: responses from `c.json`/`c.text`/`c.body` are
+ * recorded without turning them into streams, anything else takes the standard path, and
+ * both replay the same bytes. A file of its own: the server replaces the global `Request`
+ * and `Response` of the process it runs in.
+ */
+import { randomUUID } from 'node:crypto';
+import type http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createAdaptorServer } from '@hono/node-server';
+import { Hono } from 'hono';
+import { afterAll, describe, expect, it, vi } from 'vitest';
+import { memoryStore } from '../../drivers/memory.js';
+import { idempotency } from '../../adapters/hono.js';
+import { recordResponse } from '../../adapters/internal/web-io.js';
+import type { CapturedResponse, HttpClaim } from '../../src/http.js';
+import { send, sendAndAbort } from './client.js';
+
+const NativeResponse = globalThis.Response;
+const servers: http.Server[] = [];
+
+async function serve(app: Hono): Promise<string> {
+  const server = createAdaptorServer({ fetch: app.fetch }) as http.Server;
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+afterAll(async () => {
+  await Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve))));
+});
+
+// The server's classes are installed when it is created.
+await serve(new Hono());
+const LightResponse = globalThis.Response;
+
+function recordingClaim(): { claim: HttpClaim; stored: CapturedResponse[] } {
+  const stored: CapturedResponse[] = [];
+  const claim: HttpClaim = {
+    async finish(response) {
+      stored.push(response);
+    },
+    async fail(error) {
+      throw error;
+    },
+    abandon() {},
+    maxResponseBytes: 1024 * 1024,
+  };
+  return { claim, stored };
+}
+
+/** Whether the server's Response still holds its body as given (not turned into a stream). */
+const keptAsGiven = (response: Response) => Object.getOwnPropertySymbols(response).some((s) => s.description === 'cache');
+
+const text = (bytes: Uint8Array | null | undefined) => new TextDecoder().decode(bytes ?? undefined);
+
+describe('recording a response on @hono/node-server', () => {
+  it('H6: a string body is recorded as given: the same response goes out, still unread', async () => {
+    expect(LightResponse).not.toBe(NativeResponse);
+    const { claim, stored } = recordingClaim();
+    const response = new Response('{"id":"é"}', { status: 201, headers: { 'content-type': 'application/json' } });
+    expect(keptAsGiven(response)).toBe(true);
+    const sent = await recordResponse(response, claim, undefined);
+    expect(sent).toBe(response);
+    expect(keptAsGiven(sent)).toBe(true);
+    expect(stored).toHaveLength(1);
+    expect(stored[0]!.status).toBe(201);
+    expect(stored[0]!.headers['content-type']).toBe('application/json');
+    expect(text(stored[0]!.body)).toBe('{"id":"é"}');
+  });
+
+  it('H6: a bytes body is recorded as a copy (the handler may reuse its buffer); a null body as empty', async () => {
+    const { claim, stored } = recordingClaim();
+    const bytes = Buffer.from('abc');
+    const sent = await recordResponse(new Response(bytes, { status: 200 }), claim, undefined);
+    bytes.fill(0x7a);
+    expect(keptAsGiven(sent)).toBe(true);
+    expect(text(stored[0]!.body)).toBe('abc');
+    await recordResponse(new Response(null, { status: 204 }), claim, undefined);
+    expect(stored[1]!.body).toEqual(new Uint8Array(0));
+  });
+
+  it('H6: a stream body, a native Response and a lookalike take the standard path and record the same bytes', async () => {
+    const { claim, stored } = recordingClaim();
+    const stream = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('{"a":'));
+        controller.enqueue(new TextEncoder().encode('1}'));
+        controller.close();
+      },
+    });
+    const lookalike = new NativeResponse('{"a":1}', { status: 201 });
+    (lookalike as unknown as Record<symbol, unknown>)[Symbol('cache')] = 'not what the server keeps';
+    for (const response of [new Response(stream, { status: 201 }), new NativeResponse('{"a":1}', { status: 201 }), lookalike]) {
+      const sent = await recordResponse(response, claim, undefined);
+      expect(sent).not.toBe(response);
+      expect(await sent.text()).toBe('{"a":1}');
+    }
+    expect(stored.map((s) => text(s.body))).toEqual(['{"a":1}', '{"a":1}', '{"a":1}']);
+  });
+
+  it('H6: a body already in memory needs no timer turn; one still being produced is waited for one turn, then streamed', async () => {
+    const { claim, stored } = recordingClaim();
+    const timers = vi.spyOn(globalThis, 'setTimeout');
+    try {
+      const sent = await recordResponse(new NativeResponse('{"a":1}', { status: 201 }), claim, undefined);
+      expect(timers).not.toHaveBeenCalled();
+      expect(text(stored[0]!.body)).toBe('{"a":1}');
+      expect(await sent.text()).toBe('{"a":1}');
+      let later: ReadableStreamDefaultController<Uint8Array>;
+      const slow = new ReadableStream<Uint8Array>({
+        start(controller) {
+          later = controller;
+        },
+      });
+      const streaming = await recordResponse(new NativeResponse(slow, { status: 201 }), claim, undefined);
+      expect(timers).toHaveBeenCalledTimes(1);
+      expect(stored).toHaveLength(1); // stored once the stream ends
+      later!.enqueue(new TextEncoder().encode('late'));
+      later!.close();
+      expect(await streaming.text()).toBe('late');
+      expect(text(stored[1]!.body)).toBe('late');
+    } finally {
+      timers.mockRestore();
+    }
+  });
+});
+
+describe('Hono on @hono/node-server', () => {
+  it('H7: c.json and a plain new Response(stream) are both recorded and replayed byte-identical', async () => {
+    const app = new Hono();
+    let runs = 0;
+    app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+    app.post('/json', (c) => c.json({ n: ++runs, note: 'ünïcode' }, 201));
+    app.post('/stream', () => {
+      const n = ++runs;
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode(`{"n":${n},`));
+          controller.enqueue(new TextEncoder().encode('"streamed":true}'));
+          controller.close();
+        },
+      });
+      return new Response(body, { status: 201, headers: { 'content-type': 'application/json' } });
+    });
+    const base = await serve(app);
+    for (const path of ['/json', '/stream']) {
+      const key = randomUUID();
+      const first = await send(base, { path, key, body: { a: 1 } });
+      const replay = await send(base, { path, key, body: { a: 1 } });
+      expect(first.status).toBe(201);
+      expect(replay.status).toBe(201);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.headers['content-type']).toBe(first.headers['content-type']);
+      expect(replay.body.equals(first.body)).toBe(true);
+    }
+    expect(runs).toBe(2);
+  });
+
+  it('H13 H17: a client gone mid-request: the response is still stored, but the lease is no longer renewed', async () => {
+    const app = new Hono();
+    let runs = 0;
+    app.use(idempotency({ store: memoryStore(), scope: 'shared', leaseMs: 150, wait: 0 }));
+    app.post('/slow', async (c) => {
+      const n = ++runs;
+      await new Promise((resolve) => setTimeout(resolve, Number(c.req.query('ms'))));
+      return c.json({ n }, 201);
+    });
+    const base = await serve(app);
+    // Gone after 30 ms of a 600 ms handler: once the 150 ms lease runs out, the key is free.
+    const key = randomUUID();
+    await sendAndAbort(base, { path: '/slow?ms=600', key, body: {} }, 30);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const takeover = await send(base, { path: '/slow?ms=0', key, body: {} });
+    expect(takeover.status).toBe(201);
+    expect(takeover.json()).toEqual({ n: 2 });
+    // Gone after 30 ms of a 100 ms handler: its response is stored, the retry replays it.
+    const stored = randomUUID();
+    await sendAndAbort(base, { path: '/slow?ms=100', key: stored, body: {} }, 30);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const retry = await send(base, { path: '/slow?ms=100', key: stored, body: {} });
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(runs).toBe(3);
+  });
+
+  it('H6: the server\'s own request, read by the middleware: handlers get its bytes from c.req.json(), c.req.raw and a fetch handler it is passed to', async () => {
+    const app = new Hono();
+    app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+    app.post('/json', async (c) => c.json({ body: await c.req.json(), type: c.req.header('content-type') }, 201));
+    app.post('/raw', async (c) => c.json({ raw: await c.req.raw.text(), json: await c.req.json() }, 201));
+    app.post('/on', async (c) => {
+      const inner = new Hono().post('/*', async (ic) => ic.text(await ic.req.text()));
+      return c.text(await (await inner.fetch(c.req.raw)).text(), 201);
+    });
+    const base = await serve(app);
+    const body = { a: 1, b: 'é' };
+    const json = await send(base, { path: '/json', key: randomUUID(), body });
+    expect(json.json()).toEqual({ body, type: 'application/json' });
+    const raw = await send(base, { path: '/raw', key: randomUUID(), body });
+    expect(raw.json()).toEqual({ raw: JSON.stringify(body), json: body });
+    const on = await send(base, { path: '/on', key: randomUUID(), body });
+    expect(on.text).toBe(JSON.stringify(body));
+  });
+});
