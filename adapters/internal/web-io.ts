@@ -261,24 +261,27 @@ function streamOn(
 const encoder = new TextEncoder();
 
 /**
- * The bytes of a body that a server's own Response class keeps as given, or `undefined`
- * when it cannot be told without reading the body. @hono/node-server's Response keeps
+ * The bytes of a body that a server's own Response class keeps as given, `null` when they
+ * are over `limit` (not stored), or `undefined` when it cannot be told without reading the
+ * body. @hono/node-server's Response keeps
  * `[status, body, headers]` under a private symbol until something reads `body`; reading
  * it there would turn it into a full Response and a stream, where the server otherwise
  * writes a string or bytes straight to the socket. Anything not of that exact shape takes
  * the standard path (read the stream); test/adapters/hono-node-server.test.ts pins both
  * paths against the installed version.
  */
-function knownBody(response: Response): Uint8Array | undefined {
+function knownBody(response: Response, limit: number): Uint8Array | null | undefined {
   for (const symbol of Object.getOwnPropertySymbols(response)) {
     if (symbol.description !== 'cache') continue;
     const kept: unknown = (response as unknown as Record<symbol, unknown>)[symbol];
     if (!Array.isArray(kept) || kept.length !== 3 || kept[0] !== response.status) return undefined;
     const body: unknown = kept[1];
     if (body === null) return EMPTY;
-    if (typeof body === 'string') return encoder.encode(body);
+    // Over the limit it is not stored (`null`): no copy is made only to be dropped. A
+    // string longer than the limit in UTF-16 units is longer in UTF-8 bytes too.
+    if (typeof body === 'string') return body.length > limit ? null : encoder.encode(body);
     // A copy (`Buffer#slice` would not be one): the handler may reuse its buffer.
-    if (body instanceof Uint8Array) return new Uint8Array(body);
+    if (body instanceof Uint8Array) return body.byteLength > limit ? null : new Uint8Array(body);
     return undefined;
   }
   return undefined;
@@ -297,7 +300,7 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     throw error;
   }
   const head: Head = { status: response.status, headers: headersRecord(response.headers) };
-  const known = knownBody(response);
+  const known = knownBody(response, claim.maxResponseBytes);
   if (known !== undefined) {
     // Nothing read from it: the server sends it as it would have without us.
     await claim.finish({ ...head, body: known });

@@ -81,6 +81,19 @@ describe('recording a response on @hono/node-server', () => {
     expect(stored[1]!.body).toEqual(new Uint8Array(0));
   });
 
+  it('H12: a kept string or bytes body over maxResponseBytes is recorded without a body (not copied), and goes out whole', async () => {
+    const { claim, stored } = recordingClaim();
+    const small = { ...claim, maxResponseBytes: 8 };
+    for (const body of ['0123456789', Buffer.from('0123456789'), 'é'.repeat(5)]) {
+      const response = new Response(body, { status: 200 });
+      const sent = await recordResponse(response, small, undefined);
+      expect(sent).toBe(response);
+      expect(keptAsGiven(sent)).toBe(true);
+    }
+    // 'é' × 5 is 5 UTF-16 units but 10 UTF-8 bytes: encoded and handed on (the core drops it by its byte length).
+    expect(stored.map((s) => (s.body === null ? null : text(s.body)))).toEqual([null, null, 'ééééé']);
+  });
+
   it('H6: a stream body, a native Response and a lookalike take the standard path and record the same bytes', async () => {
     const { claim, stored } = recordingClaim();
     const stream = new ReadableStream<Uint8Array>({
@@ -154,6 +167,25 @@ describe('Hono on @hono/node-server', () => {
       expect(replay.headers['idempotent-replayed']).toBe('true');
       expect(replay.headers['content-type']).toBe(first.headers['content-type']);
       expect(replay.body.equals(first.body)).toBe(true);
+    }
+    expect(runs).toBe(2);
+  });
+
+  it('H12: c.text and c.body over maxResponseBytes reach the client whole; the retry gets 409 response-not-replayable, never a second run', async () => {
+    const app = new Hono();
+    let runs = 0;
+    app.use(idempotency({ store: memoryStore(), scope: 'shared', maxResponseBytes: 16 }));
+    app.post('/text', (c) => c.text(`run ${++runs} `.padEnd(64, 'x'), 201));
+    app.post('/bytes', (c) => c.body(new Uint8Array(64).fill(++runs), 201));
+    const base = await serve(app);
+    for (const path of ['/text', '/bytes']) {
+      const key = randomUUID();
+      const first = await send(base, { path, key, body: { a: 1 } });
+      expect(first.status).toBe(201);
+      expect(first.body.length).toBe(64);
+      const retry = await send(base, { path, key, body: { a: 1 } });
+      expect(retry.status).toBe(409);
+      expect(retry.json<{ type: string }>().type).toBe('urn:idempotency-kit:problem:response-not-replayable');
     }
     expect(runs).toBe(2);
   });
