@@ -5,7 +5,8 @@
  * `node --import tsx bench/breakdown.ts [--quick] [--json]`
  * @module
  */
-import { Engine, storageKey } from '../src/engine.js';
+import { Engine } from '../src/engine.js';
+import { storageKey } from '../src/key.js';
 import { fingerprintRequest } from '../src/fingerprint.js';
 import { Idempotency } from '../src/http.js';
 import { parseIdempotencyKey } from '../src/key.js';

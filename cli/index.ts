@@ -10,7 +10,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { createStore } from '../drivers/create-store.js';
-import { storageKey } from '../src/engine.js';
+import { storageKey } from '../src/key.js';
 import type { IdempotencyRecord, IdempotencyStore, StoreStats } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
 

@@ -4,10 +4,12 @@
  * Adapters only translate their framework's request and response to these shapes.
  * @module
  */
-import { Engine, type EngineOptions, type IdempotencyEvent, type Lease } from './engine.js';
-import { IdempotencyKeyError, isIdempotencyError, ScopeRequiredError, StoreUnavailableError, type IdempotencyError } from './errors.js';
+import { Engine } from './engine.js';
+import { IdempotencyKeyError, isIdempotencyError, ScopeRequiredError, type IdempotencyError } from './errors.js';
 import { fingerprintRequest } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
+import type { Lease } from './lease.js';
+import { splitTtl, type EngineOptions } from './options.js';
 import { problemResponse, type FormatError, type HttpResponse } from './problem.js';
 import type { StoredResponse } from './store.js';
 import { isTransactionalStore, registerRequestTransaction, type RequestTransaction } from './transaction.js';
@@ -211,12 +213,9 @@ export class Idempotency<Req = unknown> {
   readonly #ttl: ((req: Req, response: CapturedResponse) => number) | undefined;
 
   constructor(options: IdempotencyOptions<Req>, defaults?: AdapterDefaults<Req>) {
-    const { ttl } = options ?? {};
-    if (typeof ttl === 'function') this.#ttl = ttl;
-    else if (ttl !== undefined && typeof ttl !== 'number') {
-      throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${String(ttl)}`);
-    }
-    this.engine = new Engine(this.#ttl ? ({ ...options, ttl: undefined } as EngineOptions) : (options as EngineOptions));
+    const [engineOptions, ttl] = splitTtl(options);
+    this.engine = new Engine(engineOptions);
+    this.#ttl = ttl;
     this.#options = options;
     this.#defaults = defaults;
     const methods = options.methods ?? ['POST', 'PATCH'];
@@ -351,8 +350,7 @@ export class Idempotency<Req = unknown> {
       return { type: 'execute', claim: this.#claim(acquired.lease, request.raw), body, request };
     } catch (error) {
       if (!isIdempotencyError(error)) throw error;
-      if (error instanceof StoreUnavailableError && this.engine.options.onStoreError === 'continue') {
-        this.engine.emit({ type: 'unprotected', key, scope, error });
+      if (this.engine.runsUnprotected(error, key, scope)) {
         registerRequestTransaction(request.raw, this.#plainTransaction);
         return { type: 'execute', claim: noopClaim(this.maxResponseBytes), body, request };
       }
@@ -375,8 +373,7 @@ export class Idempotency<Req = unknown> {
 
   #claim(lease: Lease, raw: Req): HttpClaim {
     const storeResponse = this.#options.storeResponse ?? defaultStoreResponse;
-    const report = (operation: IdempotencyEvent['operation'], error: unknown) =>
-      this.engine.emit({ type: 'store-error', key: lease.key, scope: lease.scope, operation, error });
+    const { engine } = this;
     // Set once `inTransaction` completed or released the claim: the response the adapter
     // captures afterwards is the one the transaction stored, or one not to store.
     let settledByTransaction = false;
@@ -401,7 +398,7 @@ export class Idempotency<Req = unknown> {
           const ttl = this.#ttl;
           await lease.complete(this.#toStored(response), this.engine.ttlFor(ttl && (() => ttl(raw, response)), lease.key, lease.scope));
         } catch (error) {
-          report(storeResponse(response.status) ? 'complete' : 'release', error);
+          engine.storeError(storeResponse(response.status) ? 'complete' : 'release', lease.key, lease.scope, error);
         }
       },
       fail: async () => {
@@ -409,7 +406,7 @@ export class Idempotency<Req = unknown> {
         try {
           await lease.release();
         } catch (error) {
-          report('release', error);
+          engine.storeError('release', lease.key, lease.scope, error);
         }
       },
       abandon: () => lease.abandon(),

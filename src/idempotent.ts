@@ -7,10 +7,11 @@
  * await handle(msg); // a redelivery of msg returns the first result, chargeCard is not called
  */
 import { createHash } from 'node:crypto';
-import { Engine, type EngineOptions } from './engine.js';
+import { Engine } from './engine.js';
 import { isTransactionalStore, type TransactionalStore } from './transaction.js';
-import { IdempotencyKeyError, ResultNotStorableError, StoreUnavailableError } from './errors.js';
+import { IdempotencyKeyError, ResultNotStorableError } from './errors.js';
 import { hashValue } from './fingerprint.js';
+import { splitTtl, type EngineOptions } from './options.js';
 import { deserializeResult, serializeResult } from './serialize.js';
 import { assertFunction } from './validate.js';
 
@@ -137,15 +138,12 @@ export function idempotent<F extends AnyFunction>(
   if (inTransaction !== undefined && typeof inTransaction !== 'boolean') {
     throw new TypeError(`Expected \`transaction\` to be a boolean, got ${show(inTransaction)}`);
   }
-  const ttlFn = typeof options?.ttl === 'function' ? options.ttl : undefined;
-  if (options?.ttl !== undefined && typeof options.ttl !== 'number' && !ttlFn) {
-    throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${show(options.ttl)}`);
-  }
+  const [engineOptions, ttlFn] = splitTtl(options as IdempotentOptions<Parameters<F>>);
   if (ttlFn && inTransaction) {
     // The transaction completes the record with a ttl fixed before fn runs.
     throw new TypeError('A `ttl` function is not supported with `transaction: true`; pass a number of ms');
   }
-  const engine = new Engine(ttlFn ? ({ ...options, ttl: undefined } as EngineOptions) : (options as EngineOptions));
+  const engine = new Engine(engineOptions);
   const { key: keyFn, scope: scopeFn, fingerprint: fingerprintFn } = options;
   if (typeof keyFn !== 'function') {
     throw new TypeError(
@@ -181,10 +179,7 @@ export function idempotent<F extends AnyFunction>(
     try {
       acquired = await engine.acquire(key, scope, fingerprint);
     } catch (error) {
-      if (error instanceof StoreUnavailableError && engine.options.onStoreError === 'continue') {
-        engine.emit({ type: 'unprotected', key, scope, error });
-        return await run();
-      }
+      if (engine.runsUnprotected(error, key, scope)) return await run();
       throw error;
     }
     if (acquired.type === 'replay') {
@@ -219,9 +214,7 @@ export function idempotent<F extends AnyFunction>(
       // Release so that a redelivery runs fn again; the caller sees fn's own error.
       // A lost lease is reported by the lease itself (lease-lost); a store failure here
       // leaves the record to expire after leaseMs, which also lets a retry run fn.
-      await lease.release().catch((releaseError: unknown) =>
-        engine.emit({ type: 'store-error', key, scope, operation: 'release', error: releaseError }),
-      );
+      await lease.release().catch((releaseError: unknown) => engine.storeError('release', key, scope, releaseError));
       throw error;
     }
 
@@ -246,7 +239,7 @@ export function idempotent<F extends AnyFunction>(
     const ttl = engine.ttlFor(ttlFn && (() => ttlFn(args, result)), key, scope);
     await lease
       .complete({ status: RESULT_STATUS, headers: {}, body }, ttl)
-      .catch((error: unknown) => engine.emit({ type: 'store-error', key, scope, operation: 'complete', error }));
+      .catch((error: unknown) => engine.storeError('complete', key, scope, error));
     if (notStorable) throw notStorable;
     return result;
   };

@@ -9,7 +9,8 @@
  * import { createStore, idempotent } from 'idempotency-kit';
  * const handle = idempotent(processMessage, { store: createStore('sqlite://./idem.db'), key: (m) => m.id });
  */
-export type { EngineOptions, IdempotencyEvent, IdempotencyEventType } from './engine.js';
+export type { IdempotencyEvent, IdempotencyEventType } from './events.js';
+export type { EngineOptions } from './options.js';
 export {
   BodyTooLargeError,
   IdempotencyConflictError,

@@ -1,9 +1,16 @@
 /**
- * Idempotency-Key header parsing: a bare token or an RFC 9651 sf-string name
- * the same key; parameters are ignored; the key is otherwise opaque and case-sensitive.
+ * The idempotency key: the header's parsing (a bare token or an RFC 9651 sf-string name
+ * the same key; parameters are ignored; the key is otherwise opaque and case-sensitive),
+ * and the storage key, the only form of it a store ever sees.
  * @module
  */
 import { IdempotencyKeyError, type KeyInvalidReason } from './errors.js';
+import { sha256 } from './fingerprint.js';
+
+/** The store sees a hash of (scope, key), never the client's text. */
+export function storageKey(scope: string | undefined, key: string): string {
+  return sha256(JSON.stringify([scope ?? null, key]));
+}
 
 export type KeyParseResult = { key: string } | { key: undefined; error: IdempotencyKeyError | undefined };
 

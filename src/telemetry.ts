@@ -8,7 +8,7 @@
  */
 import { channel } from 'node:diagnostics_channel';
 import { createRequire } from 'node:module';
-import type { IdempotencyEvent } from './engine.js';
+import type { IdempotencyEvent, StoreOperation } from './events.js';
 import type { IdempotencyRecord } from './store.js';
 
 /** The diagnostics channel every engine event is published on. */
@@ -261,7 +261,7 @@ export class Telemetry {
   }
 
   /** One store call, timed: a client span, the store duration histogram and the store channel. */
-  storeCall<T>(operation: NonNullable<IdempotencyEvent['operation']>, run: () => Promise<T>, isTimeout: (error: unknown) => boolean): Promise<T> {
+  storeCall<T>(operation: StoreOperation, run: () => Promise<T>, isTimeout: (error: unknown) => boolean): Promise<T> {
     const instruments = this.#otel();
     const tracing = instruments !== null && guard(instruments.tracing) === true;
     const otel = instruments && (tracing || instruments.timingStore) ? instruments : null;
@@ -270,7 +270,7 @@ export class Telemetry {
   }
 
   async #reportedStoreCall<T>(
-    operation: NonNullable<IdempotencyEvent['operation']>,
+    operation: StoreOperation,
     run: () => Promise<T>,
     isTimeout: (error: unknown) => boolean,
     otel: Instruments | null,

@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
-import type { IdempotencyEvent } from '../../src/engine.js';
+import type { IdempotencyEvent } from '../../src/events.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { startApp, type AdapterName, type AppOptions, type RunningApp } from './apps.js';

@@ -13,7 +13,7 @@ import { memoryStore } from '../../drivers/memory.js';
 import { withIdempotency } from '../../adapters/fetch.js';
 import { idempotency } from '../../adapters/hono.js';
 import { headersView, requestTarget } from '../../adapters/internal/web-io.js';
-import type { IdempotencyEvent } from '../../src/engine.js';
+import type { IdempotencyEvent } from '../../src/events.js';
 
 const post = (path: string, key: string | undefined, body: unknown, headers: Record<string, string> = {}) =>
   new Request(`http://localhost${path}`, {

@@ -11,7 +11,8 @@ import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { idempotency } from '../../adapters/express.js';
 import { sqliteStore } from '../../drivers/sqlite.js';
-import { storageKey, type IdempotencyEvent } from '../../src/engine.js';
+import type { IdempotencyEvent } from '../../src/events.js';
+import { storageKey } from '../../src/key.js';
 import type { IdempotencyStore } from '../../src/store.js';
 
 const DAY = 86_400_000;

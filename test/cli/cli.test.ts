@@ -12,7 +12,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
-import { storageKey } from '../../src/engine.js';
+import { storageKey } from '../../src/key.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 

@@ -11,7 +11,7 @@ import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
-import type { IdempotencyEvent } from '../../src/engine.js';
+import type { IdempotencyEvent } from '../../src/events.js';
 import {
   IdempotencyConflictError,
   IdempotencyError,

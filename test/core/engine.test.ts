@@ -1,6 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
-import { Engine, newToken, storageKey, type IdempotencyEvent } from '../../src/engine.js';
+import { Engine } from '../../src/engine.js';
+import type { IdempotencyEvent } from '../../src/events.js';
+import { storageKey } from '../../src/key.js';
+import { newToken } from '../../src/lease.js';
 import {
   IdempotencyConflictError,
   IdempotencyMismatchError,

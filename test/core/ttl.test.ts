@@ -4,7 +4,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
-import { storageKey, type IdempotencyEvent } from '../../src/engine.js';
+import type { IdempotencyEvent } from '../../src/events.js';
+import { storageKey } from '../../src/key.js';
 import { createIdempotency, type CapturedResponse, type HttpRequestInfo } from '../../src/http.js';
 import { idempotent } from '../../src/idempotent.js';
 

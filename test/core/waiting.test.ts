@@ -7,7 +7,8 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
-import { Engine, type EngineOptions } from '../../src/engine.js';
+import { Engine } from '../../src/engine.js';
+import type { EngineOptions } from '../../src/options.js';
 import { IdempotencyConflictError, IdempotencyMismatchError } from '../../src/errors.js';
 import type { IdempotencyRecord, IdempotencyStore, SettleListener, StoredResponse } from '../../src/store.js';
 

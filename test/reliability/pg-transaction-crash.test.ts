@@ -26,7 +26,7 @@ import { build } from 'esbuild';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { storageKey } from '../../src/engine.js';
+import { storageKey } from '../../src/key.js';
 import { sqlKey } from '../../drivers/utils.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
 import { figure } from './fixtures/cluster.js';

@@ -1,0 +1,125 @@
+/**
+ * The options the engine takes (shared by the HTTP layer and `idempotent()`), their
+ * defaults, and their checks: a bad option is a precise TypeError when the engine is
+ * made, never a surprise at the first request.
+ * @module
+ */
+import type { IdempotencyEvent } from './events.js';
+import type { IdempotencyStore } from './store.js';
+import type { TelemetryOptions } from './telemetry.js';
+import { assertFunction, assertInteger, assertOneOf } from './validate.js';
+
+/** Options shared by the HTTP adapters and `idempotent()`. */
+export interface EngineOptions {
+  /** Where records live: a store from `createStore()` or a driver factory. */
+  store: IdempotencyStore;
+  /**
+   * How long a duplicate waits for the first request to finish before a 409 / conflict
+   * error, in ms. 0 answers at once.
+   * @default 2000
+   */
+  wait?: number;
+  /**
+   * How long a claim holds the key without renewal, in ms; renewed every leaseMs/3 while
+   * the handler runs. A crashed process's key frees after this.
+   * @default 30000
+   */
+  leaseMs?: number;
+  /**
+   * How long a completed record is replayed, in ms. The HTTP layer and
+   * `idempotent()` also accept a function of the request and response (or of the
+   * arguments and result), see docs/semantics.md#per-operation-ttl.
+   * @default 86400000 (24 h)
+   */
+  ttl?: number;
+  /**
+   * Any single store call slower than this fails as `store-unavailable`.
+   * @default 2000
+   */
+  storeTimeoutMs?: number;
+  /**
+   * What to do when the store fails before the handler ran: `'fail'` answers 503
+   * (fail closed), `'continue'` runs the handler unprotected and emits `unprotected`.
+   * @default 'fail'
+   */
+  onStoreError?: 'fail' | 'continue';
+  /** Called for every claim, replay, conflict, mismatch, release, lost lease and store error. */
+  onEvent?: (event: IdempotencyEvent) => void;
+  /** Clock, for tests. @default Date.now */
+  now?: () => number;
+  /**
+   * OpenTelemetry spans and metrics, and `node:diagnostics_channel` messages
+   * (docs/telemetry.md). On when `@opentelemetry/api` is installed; `false` turns
+   * OpenTelemetry off. Never records the key or a body; the scope only with `recordScope`.
+   * @default {}
+   */
+  telemetry?: TelemetryOptions | false;
+}
+
+export interface ResolvedEngineOptions {
+  store: IdempotencyStore;
+  wait: number;
+  leaseMs: number;
+  ttl: number;
+  storeTimeoutMs: number;
+  onStoreError: 'fail' | 'continue';
+  onEvent: ((event: IdempotencyEvent) => void) | undefined;
+  now: () => number;
+  telemetry: TelemetryOptions | false | undefined;
+}
+
+const storeMethods = ['claim', 'get', 'complete', 'release', 'extend', 'close'] as const;
+
+export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new TypeError(`Expected options to be an object, got ${String(options)}`);
+  }
+  const { store } = options;
+  if (typeof store !== 'object' || store === null || storeMethods.some((m) => typeof store[m] !== 'function')) {
+    throw new TypeError(
+      typeof store === 'string'
+        ? 'Expected `store` to be a store object, got a string: pass `createStore(url)` instead of the URL'
+        : `Expected \`store\` to be an idempotency store (claim, get, complete, release, extend, close), got ${String(store)}`,
+    );
+  }
+  const resolved: ResolvedEngineOptions = {
+    store,
+    wait: options.wait ?? 2000,
+    leaseMs: options.leaseMs ?? 30_000,
+    ttl: options.ttl ?? 86_400_000,
+    storeTimeoutMs: options.storeTimeoutMs ?? 2000,
+    onStoreError: options.onStoreError ?? 'fail',
+    onEvent: options.onEvent,
+    now: options.now ?? Date.now,
+    telemetry: options.telemetry,
+  };
+  assertInteger('wait', resolved.wait, 0);
+  assertInteger('leaseMs', resolved.leaseMs, 1);
+  assertInteger('ttl', resolved.ttl, 1);
+  assertInteger('storeTimeoutMs', resolved.storeTimeoutMs, 1);
+  assertOneOf('onStoreError', resolved.onStoreError, ['fail', 'continue'] as const);
+  if (resolved.onEvent !== undefined) assertFunction('onEvent', resolved.onEvent);
+  assertFunction('now', resolved.now);
+  return resolved;
+}
+
+/** A function of one operation (the request and response, or the arguments and result). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type TtlFunction = (...args: any[]) => number;
+
+/**
+ * Split options whose `ttl` may be a function of each operation (the HTTP layer's request
+ * and response, `idempotent()`'s arguments and result) into the engine's options, where
+ * the engine keeps its default `ttl` for a function, and the function, which the caller
+ * evaluates once per completed record through `Engine.ttlFor`. A `ttl` that is neither a
+ * number nor a function is a TypeError; a bad number is the engine's to refuse.
+ */
+export function splitTtl<F extends TtlFunction>(options: Omit<EngineOptions, 'ttl'> & { ttl?: number | F }): [EngineOptions, F | undefined] {
+  const ttl = (options as { ttl?: unknown } | null | undefined)?.ttl;
+  if (typeof ttl === 'function') return [{ ...options, ttl: undefined }, ttl as F];
+  if (ttl !== undefined && typeof ttl !== 'number') {
+    throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${String(ttl)}`);
+  }
+  // Not an object: the engine says so.
+  return [options as EngineOptions, undefined];
+}
