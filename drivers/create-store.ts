@@ -8,7 +8,7 @@
  */
 import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, SettleListener, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
-import { DRIVERS, driverForAdapter, driverForScheme, memoryDriver, type DriverDefinition } from './registry.js';
+import { DRIVERS, driverForAdapter, driverForScheme, type RegisteredDriver } from './registry.js';
 import { assertTableName, isModuleNotFound, missingPackages, redactUrl } from './utils.js';
 
 export interface CreateStoreOptions {
@@ -33,6 +33,9 @@ export interface CreateStoreOptions {
 /** What `createStore()` accepts: a URL, a Keyv instance, a Keyv store adapter or an empty Map. */
 export type StoreTarget = string | Map<string, unknown> | object;
 
+/** The in-process store, for `memory://` and an empty Map. */
+const memory = driverForScheme('memory')!;
+
 /** The URL schemes `createStore()` understands. */
 export const SUPPORTED_SCHEMES: readonly string[] = DRIVERS.flatMap((driver) => driver.schemes.map((scheme) => `${scheme}://`));
 
@@ -47,7 +50,7 @@ function unsupported(target: string, why: string): TypeError {
 }
 
 /** Where a driver comes from; a missing optional package gets an install hint. */
-async function importDriver<T>(driver: DriverDefinition, load: () => Promise<T>): Promise<T> {
+async function importDriver<T>(driver: RegisteredDriver, load: () => Promise<T>): Promise<T> {
   try {
     return await load();
   } catch (error) {
@@ -65,7 +68,7 @@ function maintained(store: IdempotencyStore, method: 'delete' | 'stats' | 'sweep
  * A store that loads its driver on first use, so that `createStore()` is synchronous and
  * a bad target throws at once, while the driver's client is imported only when needed.
  */
-function lazyStore(driver: DriverDefinition, options: Record<string, unknown>): IdempotencyStore {
+function lazyStore(driver: RegisteredDriver, options: Record<string, unknown>): IdempotencyStore {
   let loaded: Promise<IdempotencyStore> | undefined;
   // The driver's store once loaded: the hot calls then go straight to it.
   let ready: IdempotencyStore | undefined;
@@ -111,7 +114,7 @@ function lazyStore(driver: DriverDefinition, options: Record<string, unknown>): 
 }
 
 /** Validate a URL target synchronously; returns its driver. */
-function checkUrl(target: string, options: CreateStoreOptions): DriverDefinition {
+function checkUrl(target: string, options: CreateStoreOptions): RegisteredDriver {
   const shown = redactUrl(target);
   const match = /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(target);
   if (!match) throw unsupported(shown, 'it is not a URL (expected scheme://…)');
@@ -154,7 +157,7 @@ function checkOptions(options: CreateStoreOptions): void {
   if (options.sweepIntervalMs !== undefined) assertInteger('sweepIntervalMs', options.sweepIntervalMs, 0);
 }
 
-function driverStore(driver: DriverDefinition, source: { url: string } | { adapter: object } | { keyv: object }, options: CreateStoreOptions) {
+function driverStore(driver: RegisteredDriver, source: { url: string } | { adapter: object } | { keyv: object }, options: CreateStoreOptions) {
   return lazyStore(driver, { ...driver.options?.(options), ...source });
 }
 
@@ -168,7 +171,7 @@ export function createStore(target: StoreTarget, options: CreateStoreOptions = {
   checkOptions(options);
   if (typeof target === 'string') {
     const driver = checkUrl(target, options);
-    return driver === memoryDriver ? lazyStore(driver, {}) : driverStore(driver, { url: target }, options);
+    return driver === memory ? lazyStore(driver, {}) : driverStore(driver, { url: target }, options);
   }
   if (typeof target !== 'object' || target === null) {
     throw unsupported(describeValue(target), 'expected a URL string, a Keyv instance or a Keyv store adapter');
@@ -176,7 +179,7 @@ export function createStore(target: StoreTarget, options: CreateStoreOptions = {
   if (target instanceof Map) {
     if (target.size > 0) throw unsupported('a Map', 'the Map is not empty (the memory store needs a Map of its own)');
     const map = target as Map<string, IdempotencyRecord>;
-    return lazyStore(memoryDriver, { map });
+    return lazyStore(memory, { map });
   }
   const direct = driverForAdapter(target);
   if (direct) return driverStore(direct, { adapter: target }, options);

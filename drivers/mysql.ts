@@ -12,11 +12,11 @@
 import type { Keyv } from 'keyv';
 import type KeyvMysql from '@keyv/mysql';
 import type { IdempotencyStore } from '../src/store.js';
-import type { StatsGroup } from '../src/maintenance.js';
 import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
-import { assertDriverUrl, mysqlDriver } from './registry.js';
-import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
+import { assertDriverUrl } from './definition.js';
+import { mysqlDriver } from './mysql-definition.js';
+import { checkSqlOptions, sqlStore, type SqlRow, type StatsGroup } from './sql-store.js';
 import { adapterFrom, assertOneSource, requireVia } from './utils.js';
 
 export interface MysqlStoreOptions {

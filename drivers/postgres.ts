@@ -11,8 +11,7 @@
 import { createHash } from 'node:crypto';
 import type { Keyv } from 'keyv';
 import type KeyvPostgres from '@keyv/postgres';
-import { decodeRecord, type IdempotencyRecord, type IdempotencyStore, type SettleListener, type StoredResponse } from '../src/store.js';
-import type { StatsGroup } from '../src/maintenance.js';
+import type { IdempotencyRecord, IdempotencyStore, SettleListener, StoredResponse } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import type { TransactionalStore } from '../src/transaction.js';
@@ -23,8 +22,10 @@ import {
   type PostgresPool,
   type PostgresTransactionOptions,
 } from './postgres-transaction.js';
-import { assertDriverUrl, postgresDriver } from './registry.js';
-import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
+import { assertDriverUrl } from './definition.js';
+import { postgresDriver } from './postgres-definition.js';
+import { decodeRecord } from './record-json.js';
+import { checkSqlOptions, sqlStore, type SqlRow, type StatsGroup } from './sql-store.js';
 import { adapterFrom, assertOneSource, bodyBuffer, reconnectingFeed, requireVia, sqlKey } from './utils.js';
 
 export type { ClientOf, IsolationLevel, PostgresClient, PostgresPool, PostgresTransactionOptions } from './postgres-transaction.js';

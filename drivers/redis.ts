@@ -10,21 +10,21 @@
 import { createHash } from 'node:crypto';
 import KeyvRedis from '@keyv/redis';
 import type { Keyv } from 'keyv';
-import {
-  decodeRecord,
-  encodeRecord,
-  type ClaimRequest,
-  type ClaimResult,
-  type IdempotencyRecord,
-  type IdempotencyStore,
-  type MaintenanceOptions,
-  type ProcessingRecord,
-  type StoreStats,
-  type SettleListener,
-  type StoredResponse,
+import type {
+  ClaimRequest,
+  ClaimResult,
+  IdempotencyRecord,
+  IdempotencyStore,
+  MaintenanceOptions,
+  ProcessingRecord,
+  StoreStats,
+  SettleListener,
+  StoredResponse,
 } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
-import { assertDriverUrl, redisDriver } from './registry.js';
+import { assertDriverUrl } from './definition.js';
+import { redisDriver } from './redis-definition.js';
+import { decodeRecord, encodeRecord, encodeResponse } from './record-json.js';
 import { adapterFrom, isLive, reconnectingFeed } from './utils.js';
 import { assertInteger } from '../src/validate.js';
 import { isRedisClusterUrl, isRedisSentinelUrl, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
@@ -125,7 +125,7 @@ class Script {
 const WAKE_RECORD_MAX_BYTES = 8192;
 
 // Every script reads and writes KEYS[1] only, so it runs on any Cluster node owning the slot.
-// Record values are the JSON of encodeRecord() (src/store.ts); the scripts read `s`
+// Record values are the JSON of encodeRecord() (record-json.ts); the scripts read `s`
 // (state) and `t` (token) and rebuild the JSON by concatenation, so numbers and the
 // stored response are never re-encoded by cjson.
 
@@ -174,15 +174,6 @@ redis.call('SET', KEYS[1], '{"s":"p","f":' .. cjson.encode(record.f) .. ',"t":' 
   .. ',"c":' .. string.format('%.0f', record.c) .. ',"l":' .. ARGV[3] .. '}', 'PX', ARGV[2])
 return 1
 `);
-
-/** The `r` member of a completed record, exactly as encodeRecord() writes it. */
-function responseJson(response: StoredResponse): string {
-  return JSON.stringify({
-    s: response.status,
-    h: response.headers,
-    b: response.body === null ? null : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength).toString('base64'),
-  });
-}
 
 function describe(error: unknown): string {
   return error instanceof Error ? error.message || error.name : String(error);
@@ -446,7 +437,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
       const expiresAt = Date.now() + ttlMs;
       const id = redisKey(key);
-      const reply = await evalScript(COMPLETE, id, [token, responseJson(response), String(expiresAt), String(ttlMs), channel, key]);
+      const reply = await evalScript(COMPLETE, id, [token, encodeResponse(response), String(expiresAt), String(ttlMs), channel, key]);
       // Stored on the primary either way; a rejection here reports a completion that a
       // failover could still lose (a retry would then run again).
       if (reply === 1) await waitForReplicas(id, 'completion');

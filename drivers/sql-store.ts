@@ -6,21 +6,50 @@
  * Loads no database client. Not a package entry.
  * @module
  */
-import {
-  recordFromRow,
-  type ClaimRequest,
-  type ClaimResult,
-  type IdempotencyRecord,
-  type IdempotencyStore,
-  type MaintenanceOptions,
-  type ProcessingRecord,
-  type SqlRecordRow,
-  type StoredResponse,
+import type {
+  ClaimRequest,
+  ClaimResult,
+  IdempotencyRecord,
+  IdempotencyStore,
+  MaintenanceOptions,
+  ProcessingRecord,
+  StoreStats,
+  StoredResponse,
 } from '../src/store.js';
-import { statsFromGroups, type StatsGroup } from '../src/maintenance.js';
 import { startSweeper } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import { assertTableName, bodyBuffer, claimUntilSettled, sqlKey, sweepInBatches } from './utils.js';
+
+/** A record as the SQL drivers store it: one row, one column per field. */
+export interface SqlRecordRow {
+  state: 'processing' | 'completed';
+  fingerprint: string;
+  token: string;
+  created_at: string | number;
+  /** The lease end while processing, the record's end once completed. */
+  expires_at: string | number;
+  status: number | null;
+  /** Parsed by the driver (jsonb or text). */
+  headers: Record<string, string | string[]> | null;
+  /** SQL NULL marks "completed without a replayable body"; an empty blob is an empty body. */
+  body: Uint8Array | null;
+}
+
+/** The record behind a row of the SQL drivers' table. */
+function recordFromRow(row: SqlRecordRow): IdempotencyRecord {
+  const base = { fingerprint: row.fingerprint, token: row.token, createdAt: Number(row.created_at) };
+  if (row.state === 'processing') return { state: 'processing', ...base, leaseUntil: Number(row.expires_at) };
+  return {
+    state: 'completed',
+    ...base,
+    expiresAt: Number(row.expires_at),
+    response: {
+      status: row.status ?? 0,
+      headers: row.headers ?? {},
+      body: row.body === null ? null : new Uint8Array(row.body),
+    },
+  };
+}
 
 /** A row as a dialect reads it: `headers` may still be JSON text (SQLite, MySQL). */
 export type SqlRow = Omit<SqlRecordRow, 'headers'> & { headers: SqlRecordRow['headers'] | string };
@@ -71,6 +100,25 @@ export interface SqlDialect {
   stats?(): Promise<StatsGroup[]>;
   /** Optional wake-ups for waiting duplicates (see `IdempotencyStore.subscribe`). */
   subscribe?: IdempotencyStore['subscribe'];
+}
+
+/** One row of `SELECT <state or 'expired'>, count(*), min(expires_at) … GROUP BY 1`. */
+export interface StatsGroup {
+  state: string;
+  n: number | string;
+  oldest: number | string | null;
+}
+
+/** Fold a dialect's grouped counts into {@link StoreStats}. */
+function statsFromGroups(groups: StatsGroup[], options: MaintenanceOptions = {}): StoreStats {
+  const stats: StoreStats = { processing: 0, completed: 0, expired: 0, oldestExpiresAt: undefined };
+  for (const group of groups) {
+    if (group.state === 'processing' || group.state === 'completed' || group.state === 'expired') stats[group.state] += Number(group.n);
+    const oldest = group.oldest === null ? undefined : Number(group.oldest);
+    if (oldest !== undefined && (stats.oldestExpiresAt === undefined || oldest < stats.oldestExpiresAt)) stats.oldestExpiresAt = oldest;
+  }
+  options.onProgress?.(stats.processing + stats.completed + stats.expired);
+  return stats;
 }
 
 export interface SqlStoreOptions {

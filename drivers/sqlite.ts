@@ -17,9 +17,9 @@ import type KeyvSqlite from '@keyv/sqlite';
 import type { Keyv } from 'keyv';
 import sqlite3 from 'sqlite3';
 import type { IdempotencyStore } from '../src/store.js';
-import type { StatsGroup } from '../src/maintenance.js';
-import { assertDriverUrl, sqliteDriver } from './registry.js';
-import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
+import { assertDriverUrl } from './definition.js';
+import { sqliteDriver } from './sqlite-definition.js';
+import { checkSqlOptions, sqlStore, type SqlRow, type StatsGroup } from './sql-store.js';
 import { adapterFrom, assertOneSource } from './utils.js';
 
 export interface SqliteStoreOptions {
