@@ -1,0 +1,245 @@
+/**
+ * The shape of the shipped code, as docs/architecture.md draws it: no import circles,
+ * and data flows one way (adapter -> HTTP layer -> engine -> store). Imports are read
+ * from the sources with TypeScript's own scanner (comments and strings are not imports;
+ * `import type` and dynamic `import()` are), so this needs no tool of its own.
+ */
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { builtinModules } from 'node:module';
+import { join, posix } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+import { describe, expect, it } from 'vitest';
+
+const root = fileURLToPath(new URL('../', import.meta.url));
+/** The folders whose files ship in the package. */
+const SHIPPED = ['src', 'drivers', 'adapters', 'client', 'cli', 'testing'];
+
+interface Module {
+  /** Repository-relative path, e.g. `src/engine.ts`. */
+  path: string;
+  /** Relative imports, resolved to repository-relative paths (undefined when they resolve to no file). */
+  local: { specifier: string; target: string | undefined }[];
+  /** Package and built-in imports, e.g. `node:crypto`, `object-hash`. */
+  external: string[];
+}
+
+function sourceFiles(dir: string): string[] {
+  const found: string[] = [];
+  for (const entry of readdirSync(join(root, dir), { withFileTypes: true })) {
+    const path = `${dir}/${entry.name}`;
+    if (entry.isDirectory()) found.push(...sourceFiles(path));
+    else if (/\.[cm]?ts$/.test(entry.name) && !entry.name.endsWith('.d.ts')) found.push(path);
+  }
+  return found;
+}
+
+/** `./x.js` from `src/a.ts` -> `src/x.ts` (TypeScript's NodeNext spelling), or a folder's index. */
+function resolveLocal(from: string, specifier: string): string | undefined {
+  const base = posix.normalize(posix.join(posix.dirname(from), specifier));
+  const candidates = [base.replace(/\.([cm]?)js$/, '.$1ts'), base, `${base}.ts`, `${base}/index.ts`];
+  return candidates.find((path) => existsSync(join(root, path)) && statSync(join(root, path)).isFile());
+}
+
+function readModule(path: string): Module {
+  const { importedFiles } = ts.preProcessFile(readFileSync(join(root, path), 'utf8'), true, true);
+  const module: Module = { path, local: [], external: [] };
+  for (const { fileName: specifier } of importedFiles) {
+    if (specifier.startsWith('.')) module.local.push({ specifier, target: resolveLocal(path, specifier) });
+    else module.external.push(specifier);
+  }
+  return module;
+}
+
+function readModules(dirs: readonly string[]): Map<string, Module> {
+  const modules = new Map<string, Module>();
+  for (const dir of dirs) for (const path of sourceFiles(dir)) modules.set(path, readModule(path));
+  return modules;
+}
+
+/** Every import circle among `modules`, each as the path that closes it (`a -> b -> a`). */
+function circles(modules: Map<string, Module>): string[] {
+  const found: string[] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const stack: string[] = [];
+  const visit = (path: string) => {
+    state.set(path, 'open');
+    stack.push(path);
+    for (const { target } of modules.get(path)?.local ?? []) {
+      if (target === undefined || !modules.has(target)) continue;
+      if (state.get(target) === 'open') found.push([...stack.slice(stack.indexOf(target)), target].join(' -> '));
+      else if (state.get(target) === undefined) visit(target);
+    }
+    stack.pop();
+    state.set(path, 'done');
+  };
+  for (const path of [...modules.keys()].sort()) if (!state.has(path)) visit(path);
+  return found;
+}
+
+/** The layer a shipped file belongs to: `adapters/internal` apart from the adapters themselves. */
+function layerOf(path: string): string {
+  if (path.startsWith('adapters/internal/')) return 'adapters/internal';
+  return path.split('/')[0]!;
+}
+
+/** Which layers each layer may import (docs/architecture.md#layers). */
+const ALLOWED: Record<string, readonly string[]> = {
+  // The core knows no driver, adapter, framework or database client.
+  src: ['src'],
+  // A driver knows the core's types and helpers, and the other driver modules.
+  drivers: ['src', 'drivers'],
+  // An adapter is a translation over the core and the shared I/O modules, never over a
+  // sibling adapter (what two adapters need goes to adapters/internal or the core) and
+  // never a driver (the user picks the store).
+  adapters: ['src', 'adapters/internal'],
+  'adapters/internal': ['src', 'adapters/internal'],
+  client: ['src', 'client'],
+  cli: ['src', 'drivers', 'cli'],
+  testing: ['src', 'testing'],
+};
+
+/**
+ * The one import across a boundary that is allowed: the package's root entry also offers
+ * the URL resolver (`import { createStore } from 'idempotency-kit'`). It is the package's
+ * front door, not core code: no core module imports it (checked below), so the core itself
+ * stays free of drivers.
+ */
+const EXCEPTIONS = new Set(['src/index.ts -> drivers/create-store.ts']);
+
+/** Layering breaks among `modules`: `from -> to (why)`. */
+function layeringBreaks(modules: Map<string, Module>): string[] {
+  const breaks: string[] = [];
+  for (const module of modules.values()) {
+    const from = layerOf(module.path);
+    for (const { specifier, target } of module.local) {
+      if (target === undefined) {
+        breaks.push(`${module.path} -> ${specifier} (resolves to no file)`);
+        continue;
+      }
+      const edge = `${module.path} -> ${target}`;
+      if (EXCEPTIONS.has(edge)) continue;
+      const to = layerOf(target);
+      if (!ALLOWED[from]?.includes(to)) breaks.push(`${edge} (${from} may import only ${ALLOWED[from]?.join(', ') ?? 'nothing'})`);
+      else if (from === 'adapters' && to === 'adapters') breaks.push(`${edge} (an adapter never imports a sibling adapter)`);
+      if (target === 'src/index.ts') breaks.push(`${edge} (the package entry is not imported: import the module itself)`);
+    }
+  }
+  return breaks;
+}
+
+const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { dependencies?: Record<string, string> };
+const packageName = (specifier: string) => (specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]!);
+const builtins = new Set(builtinModules);
+
+/** Bare imports of the core that are neither Node built-ins nor dependencies every user installs. */
+function coreExternals(modules: Map<string, Module>): string[] {
+  const found: string[] = [];
+  for (const module of modules.values()) {
+    if (layerOf(module.path) !== 'src') continue;
+    for (const specifier of module.external) {
+      const builtin = specifier.startsWith('node:') || builtins.has(specifier);
+      if (!builtin && pkg.dependencies?.[packageName(specifier)] === undefined) found.push(`${module.path} imports ${specifier}`);
+    }
+  }
+  return found;
+}
+
+describe('architecture: the import graph of the shipped code', () => {
+  const modules = readModules(SHIPPED);
+
+  it('reads every shipped folder', () => {
+    for (const dir of SHIPPED) expect([...modules.keys()].some((path) => path.startsWith(`${dir}/`)), dir).toBe(true);
+    expect(modules.get('src/engine.ts')?.local.map((l) => l.target)).toContain('src/acquire.ts');
+  });
+
+  it('has no import circle (type-only and dynamic imports count)', () => {
+    expect(circles(modules)).toEqual([]);
+  });
+
+  it('flows one way: the core imports no driver, adapter, client or CLI; drivers only the core; adapters never a driver or a sibling', () => {
+    expect(layeringBreaks(modules)).toEqual([]);
+  });
+
+  it('the one allowed crossing is still needed (else drop the exception)', () => {
+    const edges = [...modules.values()].flatMap((m) => m.local.map((l) => `${m.path} -> ${l.target}`));
+    for (const exception of EXCEPTIONS) expect(edges, exception).toContain(exception);
+  });
+
+  it('the core loads no framework or database client: only Node built-ins and the package dependencies', () => {
+    expect(coreExternals(modules)).toEqual([]);
+  });
+
+  it('the checks catch what they are meant to catch', () => {
+    const graph = (edges: Record<string, string[]>, external: Record<string, string[]> = {}) =>
+      new Map(
+        Object.entries(edges).map(([path, targets]) => [
+          path,
+          { path, local: targets.map((target) => ({ specifier: target, target: target === '?' ? undefined : target })), external: external[path] ?? [] },
+        ]),
+      );
+    expect(circles(graph({ 'src/a.ts': ['src/b.ts'], 'src/b.ts': ['src/c.ts'], 'src/c.ts': ['src/a.ts'] }))).toEqual([
+      'src/a.ts -> src/b.ts -> src/c.ts -> src/a.ts',
+    ]);
+    expect(circles(graph({ 'src/a.ts': ['src/b.ts'], 'src/b.ts': [], 'src/c.ts': ['src/a.ts', 'src/b.ts'] }))).toEqual([]);
+    expect(layeringBreaks(graph({ 'src/http.ts': ['drivers/redis.ts'], 'drivers/redis.ts': [] }))).toHaveLength(1);
+    expect(layeringBreaks(graph({ 'drivers/redis.ts': ['adapters/internal/web-io.ts'], 'adapters/internal/web-io.ts': [] }))).toHaveLength(1);
+    expect(layeringBreaks(graph({ 'adapters/koa.ts': ['adapters/node.ts'], 'adapters/node.ts': [] }))).toHaveLength(1);
+    expect(layeringBreaks(graph({ 'adapters/koa.ts': ['drivers/memory.ts'], 'drivers/memory.ts': [] }))).toHaveLength(1);
+    expect(layeringBreaks(graph({ 'adapters/hono.ts': ['src/index.ts'], 'src/index.ts': [] }))).toHaveLength(1);
+    expect(layeringBreaks(graph({ 'src/a.ts': ['?'] }))).toHaveLength(1);
+    expect(layeringBreaks(graph({ 'src/index.ts': ['drivers/create-store.ts'], 'adapters/koa.ts': ['adapters/internal/node-io.ts', 'src/http.ts'] }))).toEqual([]);
+    expect(coreExternals(graph({ 'src/a.ts': [] }, { 'src/a.ts': ['node:crypto', 'crypto', 'object-hash', 'pg'] }))).toEqual(['src/a.ts imports pg']);
+  });
+});
+
+// Rule ids (H1..H20, S1..S8, C1..C4) tag test names; users read the rules in words.
+const RULE_ID = /\b[HSC]\d{1,2}\b/g;
+
+describe('architecture: rule ids stay in the tests', () => {
+  // testing/ (the exported store contract) is reworded on its own branch; add it here then.
+  const worded = ['src', 'drivers', 'adapters', 'client', 'cli'];
+
+  it('shipped source files say the rule in words, never its id', () => {
+    const found: string[] = [];
+    for (const dir of worded) {
+      for (const path of sourceFiles(dir)) {
+        readFileSync(join(root, path), 'utf8')
+          .split('\n')
+          .forEach((line, i) => {
+            for (const [id] of line.matchAll(RULE_ID)) found.push(`${path}:${i + 1}: ${id}`);
+          });
+      }
+    }
+    expect(found).toEqual([]);
+  });
+
+  const legend = (() => {
+    const page = readFileSync(join(root, 'docs/architecture.md'), 'utf8');
+    const start = page.indexOf('\n## Rule ids in test names');
+    const end = page.indexOf('\n## ', start + 1);
+    return page.slice(start, end === -1 ? undefined : end);
+  })();
+
+  it('docs/architecture.md has a legend line for each rule id, once', () => {
+    const all = [
+      ...Array.from({ length: 20 }, (_, i) => `H${i + 1}`),
+      ...Array.from({ length: 8 }, (_, i) => `S${i + 1}`),
+      ...Array.from({ length: 4 }, (_, i) => `C${i + 1}`),
+    ];
+    const defined = [...legend.matchAll(/^- \*\*([HSC]\d{1,2})\*\*/gm)].map((m) => m[1]);
+    expect(defined).toEqual(all);
+  });
+
+  it('every rule id a test name carries is in the legend', () => {
+    const defined = new Set([...legend.matchAll(/^- \*\*([HSC]\d{1,2})\*\*/gm)].map((m) => m[1]));
+    const unknown: string[] = [];
+    for (const path of sourceFiles('test')) {
+      const source = readFileSync(join(root, path), 'utf8');
+      for (const [, , title] of source.matchAll(/\b(?:it|test|describe)(?:\.\w+)*\(\s*(['"`])((?:(?!\1).)*)\1/g)) {
+        for (const [id] of (title as string).matchAll(RULE_ID)) if (!defined.has(id)) unknown.push(`${path}: ${id}`);
+      }
+    }
+    expect(unknown).toEqual([]);
+  });
+});
