@@ -39,9 +39,9 @@ declare module 'fastify' {
 
 /**
  * What the plugin keeps for a covered request, on the request (and, once a claim is held,
- * on its raw response) under a symbol of the plugin's registration: an object per request
- * and shared hook functions, rather than WeakMap entries and closures per request, which
- * the collector has to trace and which kept requests alive into the old generation.
+ * on its raw response) under a symbol of the plugin's registration: one object per request
+ * and shared hook functions, with no WeakMap entry or closure per request for the
+ * collector to trace, so requests die young.
  */
 class RequestState {
   /** The claim while the handler runs. */
@@ -153,8 +153,8 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
       },
     });
     // pipe + finished rather than pipeline(): pipeline makes an AbortController per call and
-    // aborts it when done (a DOMException with a stack trace), which cost more than the
-    // rest of the layer on a replay (docs/benchmarks.md). A failing or cut-short body still
+    // aborts it when done, building a DOMException with a stack trace for every request
+    // (docs/benchmarks.md#what-earlier-rounds-learned). A failing or cut-short body still
     // fails the parser's stream, as pipeline would.
     finished(payload, (error) => {
       if (error) counter.destroy(error);

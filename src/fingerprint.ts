@@ -4,8 +4,7 @@
  *
  * Plain JSON values are canonicalised in two steps: a walk that checks the value and
  * copies only the objects whose keys are out of canonical order, then a plain
- * `JSON.stringify` of the result, which writes the text natively (a replacer function
- * would be called back for every value, and cost twice as much); a value nested too
+ * `JSON.stringify` of the result, which writes the text natively; a value nested too
  * deeply for that takes an iterative walk that writes the same text. Anything else (Dates,
  * Maps, class instances, shared references, cycles, NaN) goes through `object-hash`.
  *
@@ -26,7 +25,7 @@ const oneShot = (crypto as unknown as { hash?: OneShotHash }).hash;
 export const sha256 = (text: string): string =>
   oneShot ? oneShot('sha256', text, 'base64url') : createHash('sha256').update(text).digest('base64url');
 
-/** Thrown inside the replacer when a value is not plain JSON data. */
+/** Thrown by the canonical walk at the first value that is not plain JSON data. */
 const NOT_PLAIN: unique symbol = Symbol('not plain JSON data');
 
 function isPlainObject(value: object): value is Record<string, unknown> {
@@ -150,8 +149,8 @@ class Literal {
 }
 
 /**
- * The same text as the replacer path, by an explicit stack: for values nested deeper
- * than `JSON.stringify` can recurse.
+ * The same text as the canonical walk and `JSON.stringify`, by an explicit stack: for
+ * values nested deeper than either can recurse.
  */
 function canonicalJsonIterative(value: unknown): string | undefined {
   const out: string[] = [];

@@ -214,10 +214,8 @@ type CapturedServerResponse = ServerResponse & { [CAPTURE]?: Capture };
 /**
  * One response's capture. Its state is an instance on the response (under a symbol) and the
  * wrappers are shared functions that find it through `this`, so a capture allocates no
- * closures. A capture whose state sits in closures, reached from an object literal (as a
- * getter did), ties the request and response to objects the collector keeps in the old
- * generation: every first execution's request and response were then promoted instead of
- * dying young, which cost more CPU than the rest of the layer.
+ * closures: nothing ties the request and response to longer-lived objects, and both die
+ * young with the request (see docs/benchmarks.md#what-earlier-rounds-learned).
  */
 class Capture implements ResponseCapture {
   ended = false;
