@@ -6,10 +6,9 @@
  * @module
  */
 import { Engine } from '../src/engine.js';
-import { storageKey } from '../src/key.js';
 import { fingerprintRequest } from '../src/fingerprint.js';
 import { Idempotency } from '../src/http.js';
-import { parseIdempotencyKey } from '../src/key.js';
+import { parseIdempotencyKey, storageKey } from '../src/key.js';
 import { memoryStore } from '../drivers/memory.js';
 import { ORDER_BODY } from './lib.js';
 
