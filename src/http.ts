@@ -373,7 +373,6 @@ export class Idempotency<Req = unknown> {
 
   #claim(lease: Lease, raw: Req): HttpClaim {
     const storeResponse = this.#options.storeResponse ?? defaultStoreResponse;
-    const { engine } = this;
     // Set once `inTransaction` completed or released the claim: the response the adapter
     // captures afterwards is the one the transaction stored, or one not to store.
     let settledByTransaction = false;
@@ -398,7 +397,7 @@ export class Idempotency<Req = unknown> {
           const ttl = this.#ttl;
           await lease.complete(this.#toStored(response), this.engine.ttlFor(ttl && (() => ttl(raw, response)), lease.key, lease.scope));
         } catch (error) {
-          engine.storeError(storeResponse(response.status) ? 'complete' : 'release', lease.key, lease.scope, error);
+          this.engine.storeError(storeResponse(response.status) ? 'complete' : 'release', lease.key, lease.scope, error);
         }
       },
       fail: async () => {
@@ -406,7 +405,7 @@ export class Idempotency<Req = unknown> {
         try {
           await lease.release();
         } catch (error) {
-          engine.storeError('release', lease.key, lease.scope, error);
+          this.engine.storeError('release', lease.key, lease.scope, error);
         }
       },
       abandon: () => lease.abandon(),
