@@ -17,6 +17,8 @@ export default defineConfig({
   },
   test: {
     include: ['test/**/*.test.ts'],
+    // Creates the MySQL user and database and the PostgreSQL database the tests use, if missing.
+    globalSetup: ['./test/setup/provision.ts'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
     reporters: ['default', './test/helpers/summary-reporter.ts'],

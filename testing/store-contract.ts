@@ -22,7 +22,7 @@ export interface ContractTarget {
   create: () => Promise<IdempotencyStore>;
   /**
    * A store whose backend fails (unreachable server, full memory): every call must
-   * reject (S4), within a bounded time (S6).
+   * reject with an error (never answer "not found"), and within a bounded time.
    */
   broken: () => Promise<{
     store: IdempotencyStore;
@@ -30,6 +30,12 @@ export interface ContractTarget {
     /** Network and file stores: get, complete, release and extend must reject too. */
     allOperations?: boolean;
   }>;
+  /**
+   * Your own cases for this store, registered inside the contract's `describe` after its
+   * own (with the runner's `it`). `store()` is the contract's store: created before the
+   * first case, closed after the last.
+   */
+  extra?: (context: { store: () => IdempotencyStore }) => void;
 }
 
 /** `expect` as vitest and Jest give it; its matchers are the runner's own. */
@@ -73,6 +79,12 @@ const response = (status = 201, text = 'hello'): StoredResponse => ({
  * as skipped (e.g. the store's server is not reachable). Each test uses fresh random
  * keys, so one store may serve the whole suite; `create()` is called once, `broken()`
  * once, and both stores are closed at the end.
+ *
+ * The tests are grouped by the guarantee they check, one `describe` each: claims are
+ * atomic; only the token that owns a claim can complete, release or extend it; expired
+ * records are never returned; any key text is stored as given; a failing backend rejects
+ * every call, in bounded time. docs/writing-a-store.md says why the engine relies on each.
+ * `target.extra` adds your own cases inside the contract's `describe`.
  */
 export function storeContract(name: string, target: ContractTarget | undefined, runner: ContractRunner = globalRunner()): void {
   const { describe, it, expect, beforeAll, afterAll } = runner;
@@ -85,164 +97,176 @@ export function storeContract(name: string, target: ContractTarget | undefined, 
       await store?.close();
     });
 
-    it('S1: a claim on an absent key wins and writes a processing record', async () => {
-      const k = key();
-      const result = await store.claim(k, claimOf('t1'), 5000);
-      expect(result.claimed).toBe(true);
-      const record = await store.get(k);
-      expect(record).toMatchObject({ state: 'processing', token: 't1', fingerprint: 'fp-1' });
-      expect(record?.state === 'processing' && record.leaseUntil).toBeGreaterThan(Date.now());
+    describe('claims are atomic: exactly one concurrent claim wins', () => {
+      it('a claim on an absent key wins and writes a processing record', async () => {
+        const k = key();
+        const result = await store.claim(k, claimOf('t1'), 5000);
+        expect(result.claimed).toBe(true);
+        const record = await store.get(k);
+        expect(record).toMatchObject({ state: 'processing', token: 't1', fingerprint: 'fp-1' });
+        expect(record?.state === 'processing' && record.leaseUntil).toBeGreaterThan(Date.now());
+      });
+
+      it('of 60 concurrent claimers on one key exactly one wins; losers see the winner', async () => {
+        const k = key();
+        const results = await Promise.all(
+          Array.from({ length: 60 }, (_, i) => store.claim(k, claimOf(`t${i}`), 5000)),
+        );
+        const winners = results.filter((r) => r.claimed);
+        expect(winners).toHaveLength(1);
+        const winnerToken = winners[0]!.record.token;
+        for (const r of results) expect(r.record.token).toBe(winnerToken);
+      });
+
+      it('concurrent claims on 40 different keys all win', async () => {
+        const results = await Promise.all(Array.from({ length: 40 }, (_, i) => store.claim(key(), claimOf(`t${i}`), 5000)));
+        expect(results.every((r) => r.claimed)).toBe(true);
+      });
+
+      it('a live completed record is returned to a claimer, not overwritten', async () => {
+        const k = key();
+        await store.claim(k, claimOf('t1'), 5000);
+        expect(await store.complete(k, 't1', response(), 60_000)).toBe(true);
+        const again = await store.claim(k, claimOf('t2', 'fp-2'), 5000);
+        expect(again.claimed).toBe(false);
+        expect(again.record).toMatchObject({ state: 'completed', token: 't1', fingerprint: 'fp-1' });
+      });
+
+      it('after the lease expires exactly one of many claimers takes over with a new token', async () => {
+        const k = key();
+        await store.claim(k, claimOf('old'), 300);
+        expect((await store.claim(k, claimOf('early'), 5000)).claimed).toBe(false);
+        await sleep(450);
+        const results = await Promise.all(Array.from({ length: 20 }, (_, i) => store.claim(k, claimOf(`new${i}`), 5000)));
+        expect(results.filter((r) => r.claimed)).toHaveLength(1);
+        expect((await store.get(k))!.token).toMatch(/^new/);
+      });
     });
 
-    it('S1: of 60 concurrent claimers on one key exactly one wins; losers see the winner', async () => {
-      const k = key();
-      const results = await Promise.all(
-        Array.from({ length: 60 }, (_, i) => store.claim(k, claimOf(`t${i}`), 5000)),
-      );
-      const winners = results.filter((r) => r.claimed);
-      expect(winners).toHaveLength(1);
-      const winnerToken = winners[0]!.record.token;
-      for (const r of results) expect(r.record.token).toBe(winnerToken);
+    describe('only the token that owns a claim can complete, release or extend it', () => {
+      it('complete stores status, headers and body bytes; only the owner can complete', async () => {
+        const k = key();
+        await store.claim(k, claimOf('owner'), 5000);
+        expect(await store.complete(k, 'intruder', response(), 60_000)).toBe(false);
+        expect(await store.complete(k, 'owner', response(201, 'héllo \u0000 bytes'), 60_000)).toBe(true);
+        const record = await store.get(k);
+        expect(record?.state).toBe('completed');
+        if (record?.state !== 'completed') return;
+        expect(record.response.status).toBe(201);
+        expect(record.response.headers).toEqual(response().headers);
+        expect(Buffer.from(record.response.body!).toString()).toBe('héllo \u0000 bytes');
+        expect(record.expiresAt).toBeGreaterThan(Date.now() + 50_000);
+        // a completed record cannot be completed or released again
+        expect(await store.complete(k, 'owner', response(500), 60_000)).toBe(false);
+        expect(await store.release(k, 'owner')).toBe(false);
+        expect(await store.extend(k, 'owner', 5000)).toBe(false);
+      });
+
+      it('a record can complete without a body (a response too large to keep: not replayable)', async () => {
+        const k = key();
+        await store.claim(k, claimOf('owner'), 5000);
+        expect(await store.complete(k, 'owner', { status: 200, headers: {}, body: null }, 60_000)).toBe(true);
+        const record = await store.get(k);
+        expect(record?.state === 'completed' && record.response.body).toBeNull();
+      });
+
+      it('release deletes only for the owner', async () => {
+        const k = key();
+        await store.claim(k, claimOf('owner'), 5000);
+        expect(await store.release(k, 'intruder')).toBe(false);
+        expect(await store.get(k)).toBeDefined();
+        expect(await store.release(k, 'owner')).toBe(true);
+        expect(await store.get(k)).toBeUndefined();
+        expect((await store.claim(k, claimOf('next'), 5000)).claimed).toBe(true);
+      });
+
+      it('extend pushes the lease only for the owner (lease renewal of a slow handler)', async () => {
+        const k = key();
+        await store.claim(k, claimOf('owner'), 300);
+        expect(await store.extend(k, 'intruder', 5000)).toBe(false);
+        expect(await store.extend(k, 'owner', 5000)).toBe(true);
+        await sleep(450);
+        const record = await store.get(k);
+        expect(record).toMatchObject({ state: 'processing', token: 'owner' });
+        expect((await store.claim(k, claimOf('thief'), 5000)).claimed).toBe(false);
+      });
+
+      it('a fenced-out owner cannot complete, release or extend after a takeover', async () => {
+        const k = key();
+        await store.claim(k, claimOf('stale'), 250);
+        await sleep(400);
+        expect((await store.claim(k, claimOf('fresh'), 5000)).claimed).toBe(true);
+        expect(await store.complete(k, 'stale', response(), 60_000)).toBe(false);
+        expect(await store.release(k, 'stale')).toBe(false);
+        expect(await store.extend(k, 'stale', 5000)).toBe(false);
+        expect(await store.get(k)).toMatchObject({ state: 'processing', token: 'fresh' });
+        expect(await store.complete(k, 'fresh', response(), 60_000)).toBe(true);
+      });
+
+      it('an expired lease cannot be extended or completed by its old owner', async () => {
+        const k = key();
+        await store.claim(k, claimOf('slow'), 250);
+        await sleep(400);
+        expect(await store.extend(k, 'slow', 5000)).toBe(false);
+        expect(await store.complete(k, 'slow', response(), 60_000)).toBe(false);
+      });
     });
 
-    it('S1: concurrent claims on 40 different keys all win', async () => {
-      const results = await Promise.all(Array.from({ length: 40 }, (_, i) => store.claim(key(), claimOf(`t${i}`), 5000)));
-      expect(results.every((r) => r.claimed)).toBe(true);
+    describe('expired records are never returned', () => {
+      it('get never returns an expired record, and the key is new again after ttl', async () => {
+        const k = key();
+        await store.claim(k, claimOf('owner'), 5000);
+        await store.complete(k, 'owner', response(), 300);
+        expect(await store.get(k)).toBeDefined();
+        await sleep(450);
+        expect(await store.get(k)).toBeUndefined();
+        expect((await store.claim(k, claimOf('second'), 5000)).claimed).toBe(true);
+      });
+
+      it('get never returns a processing record whose lease ended', async () => {
+        const k = key();
+        await store.claim(k, claimOf('owner'), 250);
+        await sleep(400);
+        expect(await store.get(k)).toBeUndefined();
+      });
     });
 
-    it('S1: a live completed record is returned to a claimer, not overwritten', async () => {
-      const k = key();
-      await store.claim(k, claimOf('t1'), 5000);
-      expect(await store.complete(k, 't1', response(), 60_000)).toBe(true);
-      const again = await store.claim(k, claimOf('t2', 'fp-2'), 5000);
-      expect(again.claimed).toBe(false);
-      expect(again.record).toMatchObject({ state: 'completed', token: 't1', fingerprint: 'fp-1' });
-    });
-
-    it('S1/H17: after the lease expires exactly one of many claimers takes over with a new token', async () => {
-      const k = key();
-      await store.claim(k, claimOf('old'), 300);
-      expect((await store.claim(k, claimOf('early'), 5000)).claimed).toBe(false);
-      await sleep(450);
-      const results = await Promise.all(Array.from({ length: 20 }, (_, i) => store.claim(k, claimOf(`new${i}`), 5000)));
-      expect(results.filter((r) => r.claimed)).toHaveLength(1);
-      expect((await store.get(k))!.token).toMatch(/^new/);
-    });
-
-    it('S2: complete stores status, headers and body bytes; only the owner can complete', async () => {
-      const k = key();
-      await store.claim(k, claimOf('owner'), 5000);
-      expect(await store.complete(k, 'intruder', response(), 60_000)).toBe(false);
-      expect(await store.complete(k, 'owner', response(201, 'héllo \u0000 bytes'), 60_000)).toBe(true);
-      const record = await store.get(k);
-      expect(record?.state).toBe('completed');
-      if (record?.state !== 'completed') return;
-      expect(record.response.status).toBe(201);
-      expect(record.response.headers).toEqual(response().headers);
-      expect(Buffer.from(record.response.body!).toString()).toBe('héllo \u0000 bytes');
-      expect(record.expiresAt).toBeGreaterThan(Date.now() + 50_000);
-      // a completed record cannot be completed or released again
-      expect(await store.complete(k, 'owner', response(500), 60_000)).toBe(false);
-      expect(await store.release(k, 'owner')).toBe(false);
-      expect(await store.extend(k, 'owner', 5000)).toBe(false);
-    });
-
-    it('S2/H12: a record can complete without a body (not replayable)', async () => {
-      const k = key();
-      await store.claim(k, claimOf('owner'), 5000);
-      expect(await store.complete(k, 'owner', { status: 200, headers: {}, body: null }, 60_000)).toBe(true);
-      const record = await store.get(k);
-      expect(record?.state === 'completed' && record.response.body).toBeNull();
-    });
-
-    it('S2: release deletes only for the owner', async () => {
-      const k = key();
-      await store.claim(k, claimOf('owner'), 5000);
-      expect(await store.release(k, 'intruder')).toBe(false);
-      expect(await store.get(k)).toBeDefined();
-      expect(await store.release(k, 'owner')).toBe(true);
-      expect(await store.get(k)).toBeUndefined();
-      expect((await store.claim(k, claimOf('next'), 5000)).claimed).toBe(true);
-    });
-
-    it('S2/H17: extend pushes the lease only for the owner', async () => {
-      const k = key();
-      await store.claim(k, claimOf('owner'), 300);
-      expect(await store.extend(k, 'intruder', 5000)).toBe(false);
-      expect(await store.extend(k, 'owner', 5000)).toBe(true);
-      await sleep(450);
-      const record = await store.get(k);
-      expect(record).toMatchObject({ state: 'processing', token: 'owner' });
-      expect((await store.claim(k, claimOf('thief'), 5000)).claimed).toBe(false);
-    });
-
-    it('H18: a fenced-out owner cannot complete, release or extend after a takeover', async () => {
-      const k = key();
-      await store.claim(k, claimOf('stale'), 250);
-      await sleep(400);
-      expect((await store.claim(k, claimOf('fresh'), 5000)).claimed).toBe(true);
-      expect(await store.complete(k, 'stale', response(), 60_000)).toBe(false);
-      expect(await store.release(k, 'stale')).toBe(false);
-      expect(await store.extend(k, 'stale', 5000)).toBe(false);
-      expect(await store.get(k)).toMatchObject({ state: 'processing', token: 'fresh' });
-      expect(await store.complete(k, 'fresh', response(), 60_000)).toBe(true);
-    });
-
-    it('S2: an expired lease cannot be extended or completed by its old owner', async () => {
-      const k = key();
-      await store.claim(k, claimOf('slow'), 250);
-      await sleep(400);
-      expect(await store.extend(k, 'slow', 5000)).toBe(false);
-      expect(await store.complete(k, 'slow', response(), 60_000)).toBe(false);
-    });
-
-    it('S3/H20: get never returns an expired record, and the key is new again after ttl', async () => {
-      const k = key();
-      await store.claim(k, claimOf('owner'), 5000);
-      await store.complete(k, 'owner', response(), 300);
-      expect(await store.get(k)).toBeDefined();
-      await sleep(450);
-      expect(await store.get(k)).toBeUndefined();
-      expect((await store.claim(k, claimOf('second'), 5000)).claimed).toBe(true);
-    });
-
-    it('S3: get never returns a processing record whose lease ended', async () => {
-      const k = key();
-      await store.claim(k, claimOf('owner'), 250);
-      await sleep(400);
-      expect(await store.get(k)).toBeUndefined();
-    });
-
-    it('S7: any key text is stored opaquely (the core hashes; drivers must not interpret)', async () => {
-      for (const k of ["a'; DROP TABLE x; --", 'k*?[]{}', 'redis.call("FLUSHALL")', 'ключ\u0000\r\n']) {
-        expect((await store.claim(k, claimOf('t'), 5000)).claimed).toBe(true);
-        expect((await store.get(k))?.token).toBe('t');
-        expect(await store.release(k, 't')).toBe(true);
-      }
-    });
-
-    it('S4/S6: a failing backend rejects every call within a bounded time, never "not found"', async () => {
-      const { store: broken, failingKey, allOperations } = await target!.broken();
-      try {
-        const started = Date.now();
-        await expect(broken.claim(failingKey, claimOf('t'), 5000)).rejects.toThrow();
-        expect(Date.now() - started).toBeLessThan(5000);
-        if (allOperations) {
-          const calls: Array<[string, () => Promise<unknown>]> = [
-            ['get', () => broken.get(failingKey)],
-            ['complete', () => broken.complete(failingKey, 't', response(), 60_000)],
-            ['release', () => broken.release(failingKey, 't')],
-            ['extend', () => broken.extend(failingKey, 't', 5000)],
-          ];
-          for (const [operation, call] of calls) {
-            const t0 = Date.now();
-            await expect(call(), `${operation} must reject`).rejects.toThrow();
-            expect(Date.now() - t0).toBeLessThan(5000);
-          }
+    describe('any key text is stored as given', () => {
+      it('SQL, Lua and glob characters, NUL and non-ASCII text: each key is stored opaquely (the core hashes; drivers must not interpret)', async () => {
+        for (const k of ["a'; DROP TABLE x; --", 'k*?[]{}', 'redis.call("FLUSHALL")', 'ключ\u0000\r\n']) {
+          expect((await store.claim(k, claimOf('t'), 5000)).claimed).toBe(true);
+          expect((await store.get(k))?.token).toBe('t');
+          expect(await store.release(k, 't')).toBe(true);
         }
-      } finally {
-        await broken.close().catch(() => undefined);
-      }
+      });
     });
+
+    describe('a failing backend rejects every call, in bounded time', () => {
+      it('claim (and, for network and file stores, every other call) rejects with an error within 5 s, never "not found"', async () => {
+        const { store: broken, failingKey, allOperations } = await target!.broken();
+        try {
+          const started = Date.now();
+          await expect(broken.claim(failingKey, claimOf('t'), 5000)).rejects.toThrow();
+          expect(Date.now() - started).toBeLessThan(5000);
+          if (allOperations) {
+            const calls: Array<[string, () => Promise<unknown>]> = [
+              ['get', () => broken.get(failingKey)],
+              ['complete', () => broken.complete(failingKey, 't', response(), 60_000)],
+              ['release', () => broken.release(failingKey, 't')],
+              ['extend', () => broken.extend(failingKey, 't', 5000)],
+            ];
+            for (const [operation, call] of calls) {
+              const t0 = Date.now();
+              await expect(call(), `${operation} must reject`).rejects.toThrow();
+              expect(Date.now() - t0).toBeLessThan(5000);
+            }
+          }
+        } finally {
+          await broken.close().catch(() => undefined);
+        }
+      });
+    });
+
+    target?.extra?.({ store: () => store });
   });
 }

@@ -1,6 +1,6 @@
 import express from 'express';
-import { conformance } from './conformance.js';
-import { expressSpecifics } from './express-specifics.js';
+import { expressSuite } from '../suites/express.suite.js';
+import { httpConformanceSuite } from '../suites/http-conformance.suite.js';
 
-await conformance('express');
-expressSpecifics('express 5', express);
+await httpConformanceSuite('express');
+expressSuite('express 5', express);

@@ -1,6 +1,6 @@
 import express from 'express4';
-import { conformance } from './conformance.js';
-import { expressSpecifics } from './express-specifics.js';
+import { expressSuite } from '../suites/express.suite.js';
+import { httpConformanceSuite } from '../suites/http-conformance.suite.js';
 
-await conformance('express4');
-expressSpecifics('express 4', express);
+await httpConformanceSuite('express4');
+expressSuite('express 4', express);

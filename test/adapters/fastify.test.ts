@@ -1,5 +1,5 @@
-import { conformance } from './conformance.js';
-import { fastifySpecifics } from './fastify-specifics.js';
+import { fastifySuite } from '../suites/fastify.suite.js';
+import { httpConformanceSuite } from '../suites/http-conformance.suite.js';
 
-await conformance('fastify');
-fastifySpecifics();
+await httpConformanceSuite('fastify');
+fastifySuite();

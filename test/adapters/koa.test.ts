@@ -1,6 +1,6 @@
 import Koa from 'koa';
-import { conformance } from './conformance.js';
-import { koaSpecifics } from './koa-specifics.js';
+import { httpConformanceSuite } from '../suites/http-conformance.suite.js';
+import { koaSuite } from '../suites/koa.suite.js';
 
-await conformance('koa');
-koaSpecifics('koa 3', Koa, 3);
+await httpConformanceSuite('koa');
+koaSuite('koa 3', Koa, 3);

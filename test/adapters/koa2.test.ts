@@ -1,6 +1,6 @@
 import Koa from 'koa2';
-import { conformance } from './conformance.js';
-import { koaSpecifics } from './koa-specifics.js';
+import { httpConformanceSuite } from '../suites/http-conformance.suite.js';
+import { koaSuite } from '../suites/koa.suite.js';
 
-await conformance('koa2');
-koaSpecifics('koa 2', Koa, 2);
+await httpConformanceSuite('koa2');
+koaSuite('koa 2', Koa, 2);

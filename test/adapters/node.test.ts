@@ -1,3 +1,3 @@
-import { conformance } from './conformance.js';
+import { httpConformanceSuite } from '../suites/http-conformance.suite.js';
 
-await conformance('node');
+await httpConformanceSuite('node');

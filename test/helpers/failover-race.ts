@@ -3,11 +3,11 @@
  * (test/stores/failover-worker.ts) contend on the same keys, a primary is SIGKILLed one
  * second in, its replica takes over, the dead node is restarted (as an orchestrator would)
  * and the race goes on for a second once all is healthy. Counts double executions, errors,
- * stuck keys and the time until claims succeed again.
+ * stuck keys and the time until claims succeed again. The tests that run it are
+ * test/suites/redis-failover.suite.ts.
  */
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { afterAll, expect, it } from 'vitest';
 import type { WaitForReplicas } from '../../drivers/redis.js';
 import type { ClaimResult, IdempotencyStore } from '../../src/store.js';
 import { startWorker } from './worker-process.js';
@@ -135,34 +135,4 @@ export async function retryUntilAnswered(store: IdempotencyStore, key: string): 
     return true;
   }, 30_000);
   return result!;
-}
-
-/**
- * The failover race as two tests: async replication (claims recover once the replica is
- * promoted) and `waitForReplicas` (no double execution), `rounds` failovers each.
- */
-export function failoverRaceTests(name: string, topology: () => FailoverTopology, rounds: number, minKeys: number): void {
-  const figures: FailoverFigures[] = [];
-  afterAll(() => {
-    if (figures.length > 0) console.log(`${name} failover figures:\n${figures.map((f) => JSON.stringify(f)).join('\n')}`);
-  });
-
-  it(`async replication: ${rounds} failover(s); claims work again once the replica is promoted`, async () => {
-    for (let round = 0; round < rounds; round++) {
-      const result = await failoverRound(topology(), round);
-      figures.push(result);
-      expect(result.keys).toBeGreaterThan(minKeys);
-      // Claims recover after the promotion, not after the dead node comes back.
-      expect(result.claimsSucceedAgainAfterMs).toBeLessThan(result.promotedAfterMs + 5000);
-    }
-  }, 150_000 * rounds);
-
-  it(`waitForReplicas { replicas: 1 }: ${rounds} failover(s) with no double execution`, async () => {
-    for (let round = 0; round < rounds; round++) {
-      const result = await failoverRound(topology(), round, { replicas: 1, timeoutMs: 100 });
-      figures.push(result);
-      expect(result.keys).toBeGreaterThan(minKeys);
-      expect(result.doubleExecutions).toBe(0);
-    }
-  }, 150_000 * rounds);
 }

@@ -15,7 +15,7 @@ import { redisStore } from '../../drivers/redis.js';
 import { sqliteStore } from '../../drivers/sqlite.js';
 import { MYSQL_URL, POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { mysqlStore } from '../../drivers/mysql.js';
-import { storeMaintenanceContract } from '../helpers/store-maintenance-contract.js';
+import { storeMaintenanceSuite } from '../suites/store-maintenance.suite.js';
 
 const redisUp = await serviceAvailable('Redis', REDIS_URL);
 const postgresUp = await serviceAvailable('PostgreSQL', POSTGRES_URL);
@@ -36,17 +36,17 @@ const freshTable = () => {
   return table;
 };
 
-storeMaintenanceContract('memory', { create: async () => memoryStore({ sweepIntervalMs: 0 }) });
-storeMaintenanceContract('memory via createStore', { create: async () => createStore('memory://') });
-storeMaintenanceContract('sqlite', {
+storeMaintenanceSuite('memory', { create: async () => memoryStore({ sweepIntervalMs: 0 }) });
+storeMaintenanceSuite('memory via createStore', { create: async () => createStore('memory://') });
+storeMaintenanceSuite('sqlite', {
   create: async () => sqliteStore({ url: `sqlite://${path.join(dir, `${randomUUID()}.db`)}`, sweepIntervalMs: 0, sweepBatchSize: 10 }),
   batched: true,
 });
-storeMaintenanceContract(
+storeMaintenanceSuite(
   'redis',
   redisUp ? { create: async () => redisStore({ url: REDIS_URL, namespace: `ik-maint-${randomUUID()}` }), nativeExpiry: true } : undefined,
 );
-storeMaintenanceContract(
+storeMaintenanceSuite(
   'postgres',
   postgresUp
     ? { create: async () => postgresStore({ url: POSTGRES_URL, table: freshTable(), sweepIntervalMs: 0, sweepBatchSize: 10 }), batched: true }
@@ -62,7 +62,7 @@ afterAll(async () => {
   for (const table of mysqlTables) await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
   await pool.end();
 });
-storeMaintenanceContract(
+storeMaintenanceSuite(
   'mysql',
   mysqlUp
     ? {

@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
-import { storeContract } from '../helpers/store-contract.js';
+import { storeSuite } from '../suites/store.suite.js';
 
-storeContract('memory', {
+storeSuite('memory', {
   create: async () => memoryStore(),
   broken: async () => {
     // A full memory store refuses a new claim: the error must surface (S4), not "not found".

@@ -6,7 +6,7 @@ import mysql from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { mysqlStore } from '../../drivers/mysql.js';
 import { MYSQL_URL, serviceAvailable } from '../helpers/services.js';
-import { storeContract } from '../helpers/store-contract.js';
+import { storeSuite } from '../suites/store.suite.js';
 
 const available = await serviceAvailable('MySQL', MYSQL_URL);
 
@@ -22,7 +22,7 @@ const freshTable = () => {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const engineKey = (text: string) => createHash('sha256').update(text).digest('base64url');
 
-storeContract(
+storeSuite(
   'mysql',
   available
     ? {

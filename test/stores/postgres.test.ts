@@ -6,7 +6,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { postgresStore } from '../../drivers/postgres.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
-import { settleContract, storeContract } from '../helpers/store-contract.js';
+import { storeSuite } from '../suites/store.suite.js';
+import { storeWakeUpSuite } from '../suites/store-wake-up.suite.js';
 
 const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);
 
@@ -16,7 +17,7 @@ const hashed = (key: string) => `~${createHash('sha256').update(key).digest('bas
 const freshTable = () => `ik_test_${randomUUID().replaceAll('-', '').slice(0, 16)}`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-storeContract(
+storeSuite(
   'postgres',
   available
     ? {
@@ -32,8 +33,8 @@ storeContract(
 );
 
 const settleTable = freshTable();
-settleContract('postgres', available ? async () => postgresStore({ url: POSTGRES_URL, table: settleTable }) : undefined);
-settleContract(
+storeWakeUpSuite('postgres', available ? async () => postgresStore({ url: POSTGRES_URL, table: settleTable }) : undefined);
+storeWakeUpSuite(
   'postgres on a @keyv/postgres adapter',
   available ? async () => postgresStore({ adapter: new KeyvPostgres({ uri: POSTGRES_URL }), table: settleTable }) : undefined,
 );

@@ -16,9 +16,11 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
 import { redisStore } from '../../drivers/redis.js';
 import { parseRedisClusterUrl } from '../../drivers/redis-url.js';
-import { failoverRaceTests, retryUntilAnswered, waitUntil } from '../helpers/failover-race.js';
+import { retryUntilAnswered, waitUntil } from '../helpers/failover-race.js';
 import { redisServerAvailable, startRedisCluster } from '../helpers/redis-cluster.js';
-import { settleContract, storeContract } from '../helpers/store-contract.js';
+import { storeSuite } from '../suites/store.suite.js';
+import { redisFailoverSuite } from '../suites/redis-failover.suite.js';
+import { storeWakeUpSuite } from '../suites/store-wake-up.suite.js';
 import { startWorker } from '../helpers/worker-process.js';
 
 const RACE_WORKER = fileURLToPath(new URL('./race-worker.ts', import.meta.url));
@@ -39,7 +41,7 @@ afterAll(async () => {
 const claimOf = (token: string) => ({ token, fingerprint: 'fp', createdAt: Date.now() });
 const response = { status: 201, headers: { 'content-type': 'text/plain' }, body: new Uint8Array(Buffer.from('ok')) };
 
-storeContract(
+storeSuite(
   'redis cluster (redis+cluster:// URL)',
   cluster
     ? {
@@ -51,7 +53,7 @@ storeContract(
 );
 
 // Wake-ups for waiting duplicates: classic pub/sub through a duplicate of the client.
-settleContract('redis cluster (redis+cluster:// URL)', cluster ? async () => redisStore({ url: cluster.url }) : undefined);
+storeWakeUpSuite('redis cluster (redis+cluster:// URL)', cluster ? async () => redisStore({ url: cluster.url }) : undefined);
 
 describe('Redis Cluster URLs', () => {
   it('parses seed nodes, credentials and TLS', () => {
@@ -355,25 +357,22 @@ describe.skipIf(!cluster)('redis store on a Redis Cluster (3 primaries, 3 replic
     }, 90_000);
   });
 
-  describe('failover: SIGKILL a primary in the middle of a 4-process race', () => {
-    failoverRaceTests(
-      'Redis Cluster',
-      () => ({
-        url: cluster!.url,
-        victim: async (round) => {
-          const primaries = await cluster!.primaries();
-          return primaries[round % primaries.length]!;
-        },
-        kill: (port) => cluster!.kill(port),
-        promoted: async (victim) => {
-          const primaries = await cluster!.primaries();
-          return !primaries.includes(victim) && primaries.length === 3;
-        },
-        restart: (port) => cluster!.restart(port),
-        waitHealthy: (ms) => cluster!.waitHealthy(ms),
-      }),
-      ROUNDS,
-      50,
-    );
-  });
+  redisFailoverSuite(
+    'Redis Cluster',
+    () => ({
+      url: cluster!.url,
+      victim: async (round) => {
+        const primaries = await cluster!.primaries();
+        return primaries[round % primaries.length]!;
+      },
+      kill: (port) => cluster!.kill(port),
+      promoted: async (victim) => {
+        const primaries = await cluster!.primaries();
+        return !primaries.includes(victim) && primaries.length === 3;
+      },
+      restart: (port) => cluster!.restart(port),
+      waitHealthy: (ms) => cluster!.waitHealthy(ms),
+    }),
+    { rounds: ROUNDS, minKeys: 50 },
+  );
 });

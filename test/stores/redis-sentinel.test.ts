@@ -11,10 +11,12 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
 import { redisStore } from '../../drivers/redis.js';
 import { parseRedisSentinelUrl } from '../../drivers/redis-url.js';
-import { failoverRaceTests, retryUntilAnswered, waitUntil } from '../helpers/failover-race.js';
+import { retryUntilAnswered, waitUntil } from '../helpers/failover-race.js';
 import { redisServerAvailable } from '../helpers/redis-cluster.js';
 import { SENTINEL_MASTER, startRedisSentinel } from '../helpers/redis-sentinel.js';
-import { settleContract, storeContract } from '../helpers/store-contract.js';
+import { storeSuite } from '../suites/store.suite.js';
+import { redisFailoverSuite } from '../suites/redis-failover.suite.js';
+import { storeWakeUpSuite } from '../suites/store-wake-up.suite.js';
 
 const ROUNDS = Number(process.env.REDIS_FAILOVER_ROUNDS ?? 1);
 
@@ -32,7 +34,7 @@ afterAll(async () => {
 const claimOf = (token: string) => ({ token, fingerprint: 'fp', createdAt: Date.now() });
 const response = { status: 201, headers: {}, body: new Uint8Array(Buffer.from('ok')) };
 
-storeContract(
+storeSuite(
   'redis sentinel (redis+sentinel:// URL)',
   sentinel
     ? {
@@ -43,7 +45,7 @@ storeContract(
 );
 
 // Wake-ups for waiting duplicates: classic pub/sub through a duplicate of the client.
-settleContract('redis sentinel (redis+sentinel:// URL)', sentinel ? async () => redisStore({ url: sentinel.url }) : undefined);
+storeWakeUpSuite('redis sentinel (redis+sentinel:// URL)', sentinel ? async () => redisStore({ url: sentinel.url }) : undefined);
 
 describe('Redis Sentinel URLs', () => {
   it('parses sentinels (default port 26379), the primary name, credentials and TLS', () => {
@@ -150,19 +152,16 @@ describe.skipIf(!sentinel)('redis store on Redis Sentinel (a primary, a replica,
     }, 90_000);
   });
 
-  describe('failover: SIGKILL the primary in the middle of a 4-process race', () => {
-    failoverRaceTests(
-      'Redis Sentinel',
-      () => ({
-        url: sentinel!.url,
-        victim: () => sentinel!.primary(),
-        kill: (port) => sentinel!.kill(port),
-        promoted: async (victim) => (await sentinel!.primary()) !== victim,
-        restart: (port) => sentinel!.restart(port),
-        waitHealthy: (ms) => sentinel!.waitHealthy(ms),
-      }),
-      ROUNDS,
-      20,
-    );
-  });
+  redisFailoverSuite(
+    'Redis Sentinel',
+    () => ({
+      url: sentinel!.url,
+      victim: () => sentinel!.primary(),
+      kill: (port) => sentinel!.kill(port),
+      promoted: async (victim) => (await sentinel!.primary()) !== victim,
+      restart: (port) => sentinel!.restart(port),
+      waitHealthy: (ms) => sentinel!.waitHealthy(ms),
+    }),
+    { rounds: ROUNDS, minKeys: 20 },
+  );
 });

@@ -5,14 +5,15 @@ import Keyv from 'keyv';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { redisStore } from '../../drivers/redis.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
-import { settleContract, storeContract } from '../helpers/store-contract.js';
+import { storeSuite } from '../suites/store.suite.js';
+import { storeWakeUpSuite } from '../suites/store-wake-up.suite.js';
 
 const available = await serviceAvailable('Redis', REDIS_URL);
 
 const claimOf = (token: string, fingerprint = 'fp') => ({ token, fingerprint, createdAt: Date.now() });
 const response = { status: 201, headers: { 'content-type': 'text/plain' }, body: new Uint8Array(Buffer.from('ok')) };
 
-storeContract(
+storeSuite(
   'redis',
   available
     ? {
@@ -24,7 +25,7 @@ storeContract(
 );
 
 const settleNamespace = `idk-settle-${randomUUID()}`;
-settleContract('redis', available ? async () => redisStore({ url: REDIS_URL, namespace: settleNamespace }) : undefined);
+storeWakeUpSuite('redis', available ? async () => redisStore({ url: REDIS_URL, namespace: settleNamespace }) : undefined);
 
 /** A TCP proxy to Redis that the test can cut and restore, to play "Redis went down". */
 async function proxyTo(target: string) {

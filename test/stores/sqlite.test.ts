@@ -7,7 +7,7 @@ import KeyvSqlite from '@keyv/sqlite';
 import Keyv from 'keyv';
 import { afterAll, describe, expect, it } from 'vitest';
 import { sqlitePathFromUrl, sqliteStore } from '../../drivers/sqlite.js';
-import { storeContract } from '../helpers/store-contract.js';
+import { storeSuite } from '../suites/store.suite.js';
 
 const dir = await mkdtemp(path.join(tmpdir(), 'idempotency-kit-sqlite-'));
 afterAll(async () => {
@@ -24,8 +24,8 @@ const broken = async () => {
   return { store: sqliteStore({ url: `sqlite://${file}` }), failingKey: 'k', allOperations: true };
 };
 
-storeContract('sqlite', { create: async () => sqliteStore({ url: `sqlite://${path.join(dir, 'contract.db')}` }), broken });
-storeContract('sqlite :memory:', { create: async () => sqliteStore({ url: 'sqlite://:memory:' }), broken });
+storeSuite('sqlite', { create: async () => sqliteStore({ url: `sqlite://${path.join(dir, 'contract.db')}` }), broken });
+storeSuite('sqlite :memory:', { create: async () => sqliteStore({ url: 'sqlite://:memory:' }), broken });
 
 describe('sqlite store specifics', () => {
   it('S1/S5: many connections opening one new file at once all set it up (WAL switch retried on SQLITE_BUSY)', async () => {

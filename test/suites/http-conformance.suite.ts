@@ -1,7 +1,7 @@
 /**
  * The HTTP conformance table (SPEC §2): one scenario per rule, each named by its rule id,
  * run against every adapter over real sockets, on the memory store and on Redis.
- * Each adapter's test file is `await conformance('<adapter>')`.
+ * Each adapter's test file is `await httpConformanceSuite('<adapter>')`.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,8 +10,8 @@ import { memoryStore } from '../../drivers/memory.js';
 import type { IdempotencyEvent } from '../../src/events.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
-import { startApp, type AdapterName, type AppOptions, type RunningApp } from './apps.js';
-import { expectProblem, send, sendAndAbort, type Reply, type SendOptions } from './client.js';
+import { startApp, type AdapterName, type AppOptions, type RunningApp } from '../adapters/apps.js';
+import { expectProblem, send, sendAndAbort, type Reply, type SendOptions } from '../adapters/client.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -702,7 +702,7 @@ function redisKind(): StoreKind {
   };
 }
 
-function runScenarios(adapter: AdapterName, kind: () => StoreKind): void {
+function runScenarios(adapter: AdapterName, kind: () => StoreKind, table: Scenario[]): void {
   let stores: StoreKind;
   beforeAll(() => {
     stores = kind();
@@ -712,7 +712,7 @@ function runScenarios(adapter: AdapterName, kind: () => StoreKind): void {
   });
   const runId = randomUUID().slice(0, 8);
   let n = 0;
-  for (const scenario of scenarios) {
+  for (const scenario of table) {
     it(`${scenario.rule}: ${scenario.title}`, async () => {
       const storeCalls: Record<StoreMethod, number> = { claim: 0, get: 0, complete: 0, release: 0, extend: 0 };
       const events: IdempotencyEvent[] = [];
@@ -743,14 +743,20 @@ function runScenarios(adapter: AdapterName, kind: () => StoreKind): void {
   }
 }
 
+export interface HttpConformanceSuiteOptions {
+  /** Own rows of the table, run after the shared ones, like them, on each store. */
+  extra?: Scenario[];
+}
+
 /** Register the whole table for one adapter, on memory and on Redis. */
-export async function conformance(adapter: AdapterName): Promise<void> {
+export async function httpConformanceSuite(adapter: AdapterName, { extra = [] }: HttpConformanceSuiteOptions = {}): Promise<void> {
   const redis = await serviceAvailable('Redis', REDIS_URL);
+  const table = [...scenarios, ...extra];
 
   describe(`${adapter} adapter conformance (memory store)`, () => {
-    runScenarios(adapter, memoryKind);
+    runScenarios(adapter, memoryKind, table);
   });
   describe.skipIf(!redis)(`${adapter} adapter conformance (Redis store)`, () => {
-    runScenarios(adapter, redisKind);
+    runScenarios(adapter, redisKind, table);
   });
 }

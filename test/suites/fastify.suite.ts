@@ -1,7 +1,7 @@
 /**
  * What only the Fastify plugin has to get right: per-route `config.idempotency`, option
  * checks at registration, inject(), every payload type in onSend, hijacked replies,
- * encapsulated prefixes, chunked bodies over the limit.
+ * encapsulated prefixes, chunked bodies over the limit. Run by test/adapters/fastify.test.ts.
  */
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
@@ -10,10 +10,15 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { idempotency } from '../../adapters/fastify.js';
 import { memoryStore } from '../../drivers/memory.js';
-import { Calls } from './apps.js';
-import { expectProblem, send } from './client.js';
+import { Calls } from '../adapters/apps.js';
+import { expectProblem, send } from '../adapters/client.js';
 
-export function fastifySpecifics(): void {
+export interface FastifySuiteOptions {
+  /** Own cases, inside the suite's describe: `create()` gives an app closed after each case, `listen(app)` serves it and gives its URL. */
+  extra?: (context: { create: () => FastifyInstance; listen: (app: FastifyInstance) => Promise<string> }) => void;
+}
+
+export function fastifySuite({ extra }: FastifySuiteOptions = {}): void {
   describe('fastify adapter specifics', () => {
     const apps: FastifyInstance[] = [];
     afterEach(async () => {
@@ -206,5 +211,7 @@ export function fastifySpecifics(): void {
       expect(JSON.parse(reply.body)).toMatchObject({ code: 'body-too-large', status: 413 });
       expect(calls.count('orders')).toBe(0);
     });
+
+    extra?.({ create, listen });
   });
 }

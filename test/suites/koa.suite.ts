@@ -1,6 +1,7 @@
 /**
  * What only the Koa adapter has to get right, run on Koa 3 and 2: body parser order, every
  * kind of `ctx.body`, headers set with `ctx.set`, per-route use with @koa/router, errors.
+ * Run by test/adapters/koa.test.ts (Koa 3) and koa2.test.ts.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -12,12 +13,17 @@ import type Koa from 'koa';
 import { afterEach, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { idempotency } from '../../adapters/koa.js';
-import { Calls, readAll } from './apps.js';
-import { expectProblem, send, sendAndAbort } from './client.js';
+import { Calls, readAll } from '../adapters/apps.js';
+import { expectProblem, send, sendAndAbort } from '../adapters/client.js';
 
 type KoaClass = typeof Koa;
 
-export function koaSpecifics(name: string, KoaClass: KoaClass, major: 2 | 3): void {
+export interface KoaSuiteOptions {
+  /** Own cases, inside the suite's describe: `listen(app)` serves an app on a free port (closed after each case) and gives its URL. */
+  extra?: (context: { listen: (app: Koa) => Promise<string> }) => void;
+}
+
+export function koaSuite(name: string, KoaClass: KoaClass, major: 2 | 3, { extra }: KoaSuiteOptions = {}): void {
   describe(`${name} adapter specifics`, () => {
     const servers: http.Server[] = [];
     afterEach(async () => {
@@ -207,5 +213,7 @@ export function koaSpecifics(name: string, KoaClass: KoaClass, major: 2 | 3): vo
       expect(() => idempotency({ store: memoryStore(), scope: 'shared', wait: 1.5 })).toThrow('Expected `wait` to be a non-negative integer, got 1.5');
       expect(() => idempotency({ store: memoryStore(), scope: 'shared', methods: 'POST' as never })).toThrow(TypeError);
     });
+
+    extra?.({ listen });
   });
 }

@@ -1,7 +1,8 @@
 /**
- * The optional maintenance methods of a store (delete, stats, sweep), written once and
- * run against every driver. `create` must give a store of its own (a fresh table or
- * namespace): stats counts everything in it.
+ * The optional maintenance methods of a store (delete, stats, sweep: what the operator CLI
+ * uses), written once and run against every driver by test/stores/maintenance.test.ts.
+ * `create` must give a store of its own (a fresh table or namespace): stats counts
+ * everything in it.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,6 +15,11 @@ export interface MaintenanceTarget {
   nativeExpiry?: boolean;
   /** The store deletes in batches of 10 (SQL drivers): progress comes once per batch. */
   batched?: boolean;
+}
+
+export interface StoreMaintenanceSuiteOptions {
+  /** Own cases, inside the suite's describe: `store()` is the suite's store (its cases run after the suite's own). */
+  extra?: (context: { store: () => IdempotencyStore }) => void;
 }
 
 const SHORT_MS = 1500;
@@ -29,7 +35,8 @@ async function eventually(check: () => Promise<boolean>, timeoutMs = 10_000): Pr
   }
 }
 
-export function storeMaintenanceContract(name: string, target: MaintenanceTarget | undefined): void {
+/** `target` undefined registers the suite as skipped (the store's server is not reachable). */
+export function storeMaintenanceSuite(name: string, target: MaintenanceTarget | undefined, { extra }: StoreMaintenanceSuiteOptions = {}): void {
   describe.skipIf(!target)(`store maintenance: ${name}`, () => {
     let store: IdempotencyStore;
     beforeAll(async () => {
@@ -110,5 +117,7 @@ export function storeMaintenanceContract(name: string, target: MaintenanceTarget
         await empty.close();
       }
     });
+
+    extra?.({ store: () => store });
   });
 }

@@ -1,6 +1,7 @@
 /**
  * What only the Express adapter has to get right, run on Express 5 and 4: body parser
  * order, every way Express sends a response, per-route use, mounted routers, errors.
+ * Run by test/adapters/express.test.ts (Express 5) and express4.test.ts.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -12,15 +13,23 @@ import type express5 from 'express';
 import { afterEach, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { idempotency } from '../../adapters/express.js';
-import { Calls, readAll } from './apps.js';
-import { expectProblem, send } from './client.js';
+import { Calls, readAll } from '../adapters/apps.js';
+import { expectProblem, send } from '../adapters/client.js';
 
 type Express = typeof express5;
 type Handler = (req: express5.Request, res: express5.Response) => unknown;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-export function expressSpecifics(name: string, express: Express): void {
+export interface ExpressSuiteOptions {
+  /**
+   * Own cases, inside the suite's describe: `listen(app)` serves an app on a free port (closed
+   * after each case) and gives its URL; `route(handler)` passes a rejection on to Express 4 too.
+   */
+  extra?: (context: { listen: (app: express5.Express) => Promise<string>; route: (handler: Handler) => express5.RequestHandler }) => void;
+}
+
+export function expressSuite(name: string, express: Express, { extra }: ExpressSuiteOptions = {}): void {
   describe(`${name} adapter specifics`, () => {
     const servers: http.Server[] = [];
     afterEach(async () => {
@@ -265,5 +274,7 @@ export function expressSpecifics(name: string, express: Express): void {
       expect(() => idempotency({ store: memoryStore(), scope: 'shared', leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive integer, got -1');
       expect(() => idempotency({ store: 'redis://localhost' as never })).toThrow(TypeError);
     });
+
+    extra?.({ listen, route });
   });
 }

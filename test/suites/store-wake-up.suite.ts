@@ -1,16 +1,15 @@
 /**
- * The shipped store contract (`idempotency-kit/testing`, testing/store-contract.ts) on
- * vitest, as every driver's test file runs it.
+ * The optional wake-up capability of a store (`subscribe`, SPEC H8): a complete or release
+ * that took effect wakes the duplicates waiting on another store object (another process).
+ * Run by the test file of each store that offers it.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { IdempotencyRecord, IdempotencyStore, StoredResponse } from '../../src/store.js';
-import { storeContract as contract, type ContractTarget } from '../../testing/store-contract.js';
 
-export type { ContractTarget };
-
-export function storeContract(name: string, target: ContractTarget | undefined): void {
-  contract(name, target, { describe, it, expect, beforeAll, afterAll });
+export interface StoreWakeUpSuiteOptions {
+  /** Own cases, inside the suite's describe: `writer()` and `reader()` are its two store objects (reader subscribed). */
+  extra?: (context: { writer: () => IdempotencyStore; reader: () => IdempotencyStore }) => void;
 }
 
 const key = () => `settle-${randomUUID()}`;
@@ -22,10 +21,14 @@ const response = (status = 201, text = 'hello'): StoredResponse => ({
 });
 
 /**
- * The optional wake-up capability (`subscribe`), for stores that offer it: two store
- * objects on one backend stand for two processes. A store without `subscribe` skips this.
+ * Two store objects from `create` on one backend stand for two processes. `create`
+ * undefined registers the suite as skipped (the store's server is not reachable).
  */
-export function settleContract(name: string, create: (() => Promise<IdempotencyStore>) | undefined): void {
+export function storeWakeUpSuite(
+  name: string,
+  create: (() => Promise<IdempotencyStore>) | undefined,
+  { extra }: StoreWakeUpSuiteOptions = {},
+): void {
   describe.skipIf(!create)(`wake-up contract: ${name}`, () => {
     let writer: IdempotencyStore;
     let reader: IdempotencyStore;
@@ -153,5 +156,7 @@ export function settleContract(name: string, create: (() => Promise<IdempotencyS
       await reported(after);
       expect(mine).not.toContain(after);
     });
+
+    extra?.({ writer: () => writer, reader: () => reader });
   });
 }
