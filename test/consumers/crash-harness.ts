@@ -189,6 +189,8 @@ export interface CrashFigures {
   killsHolding: number;
   killsInHandler: number;
   heldByKilled: number;
+  /** Messages a killed consumer had inside its handler that another process settled afterwards. */
+  recoveredFromKilled: number;
   runs: number;
   replays: number;
   conflicts: number;
@@ -198,6 +200,8 @@ export interface CrashFigures {
   distinctIds: number;
   windowHits: number;
   restarts: number;
+  /** BullMQ: lock renewals that failed on the loaded machine (the job went to another worker meanwhile). */
+  locksLost: number;
   loadProcesses: number;
   seconds: number;
 }
@@ -210,7 +214,7 @@ export async function crashProof(options: CrashProofOptions & { published: numbe
   const procs: Proc[] = [];
   const current = new Map<string, Proc>();
   const load = startLoad(options.loadProcesses ?? 2, options.timeoutMs + 10_000);
-  const killed: { proc: Proc; holding: string[]; inHandler: string[] }[] = [];
+  const killed: { proc: Proc; holding: string[]; inHandler: string[]; at: number }[] = [];
   let restarts = 0;
   const spawnWorker = (name: string) => {
     const proc = options.start(name, lines);
@@ -245,7 +249,7 @@ export async function crashProof(options: CrashProofOptions & { published: numbe
         const pool = inside.length > 0 ? inside : live;
         if (pool.length > 0) {
           const victim = pool[Math.floor(random() * pool.length)]!;
-          killed.push({ proc: victim, holding: victim.holding(), inHandler: victim.inHandler() });
+          killed.push({ proc: victim, holding: victim.holding(), inHandler: victim.inHandler(), at: Date.now() });
           victim.kill('SIGKILL');
           await victim.exited;
           const name = victim.name;
@@ -281,7 +285,13 @@ export async function crashProof(options: CrashProofOptions & { published: numbe
   for (const [id, pids] of byId) {
     // Every row but the last must be from a process killed before it settled that message.
     for (const pid of pids.slice(0, -1)) {
-      if (options.mode === 'plain' && killedPids.has(pid) && !settledBy(pid, id)) windowHits++;
+      if (options.mode === 'plain' && killedPids.has(pid) && !settledBy(pid, id)) {
+        windowHits++;
+        if (process.env.CONSUMER_CRASH_DEBUG) {
+          const t0 = killed.find((k) => k.proc.child.pid === pid)!.at;
+          console.log(`[${options.system}/plain] window hit ${id}: ${lines.filter((l) => l.id === id).map((l) => `${l.w}/${l.pid}:${l.ev}:${l.action ?? ''}${l.code ?? ''}@${(l.t as number) - t0}`).join(' ')}`);
+        }
+      }
       else problems.push(`${id}: ran twice (rows by pids ${pids.join(', ')}; the earlier one was ${killedPids.has(pid) ? 'killed after it settled' : 'not killed'})`);
     }
   }
@@ -300,6 +310,10 @@ export async function crashProof(options: CrashProofOptions & { published: numbe
     killsHolding: killed.filter((k) => k.holding.length > 0).length,
     killsInHandler: killed.filter((k) => k.inHandler.length > 0).length,
     heldByKilled: killed.reduce((n, k) => n + k.holding.length, 0),
+    recoveredFromKilled: killed.reduce(
+      (n, k) => n + k.inHandler.filter((id) => lines.some((l) => l.id === id && l.ev === 'settle' && l.outcome === 'done' && l.pid !== k.proc.child.pid)).length,
+      0,
+    ),
     runs: count((l) => l.ev === 'run'),
     replays: count((l) => l.ev === 'settle' && l.outcome === 'done' && l.replayed === true),
     conflicts: count((l) => l.ev === 'settle' && l.code === 'request-in-progress'),
@@ -309,9 +323,18 @@ export async function crashProof(options: CrashProofOptions & { published: numbe
     distinctIds: byId.size,
     windowHits,
     restarts,
+    locksLost: count((l) => l.ev === 'lock-lost'),
     loadProcesses: options.loadProcesses ?? 2,
     seconds: (Date.now() - started) / 1000,
   };
+  if (process.env.CONSUMER_CRASH_DEBUG) {
+    for (const k of killed) {
+      for (const id of k.inHandler) {
+        const after = lines.filter((l) => l.id === id && (l.t as number) > k.at && l.ev !== 'delivery').map((l) => `${l.ev}:${l.outcome ?? ''}:${l.code ?? ''}@+${(l.t as number) - k.at}`);
+        console.log(`[${options.system}/${options.mode}] killed ${k.proc.name} holding ${id} in its handler; then ${after.join(' ')}`);
+      }
+    }
+  }
   const lost = options.ids.filter((id) => !byId.has(id));
   if (lost.length > 0) problems.push(`${lost.length} messages had no effect (lost): ${lost.slice(0, 5).join(', ')}`);
   return { figures, lines, procs, problems };

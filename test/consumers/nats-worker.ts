@@ -27,7 +27,7 @@ const mode = env('MODE');
 const chaos = process.env.CHAOS === '1';
 const concurrency = Number(process.env.CONCURRENCY ?? 4);
 const report = (line: Record<string, unknown>): void => {
-  process.stdout.write(`${JSON.stringify({ w: worker, pid: process.pid, ...line })}\n`);
+  process.stdout.write(`${JSON.stringify({ w: worker, pid: process.pid, t: Date.now(), ...line })}\n`);
 };
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -91,7 +91,6 @@ const consumer = await js.consumers.get(env('STREAM'), env('CONSUMER'));
 const messages = await consumer.consume({ max_messages: concurrency * 2 });
 const inFlight = new Set<Promise<void>>();
 let handled = 0;
-report({ ev: 'ready' });
 
 const loop = (async () => {
   for await (const raw of messages) {
@@ -112,6 +111,8 @@ const loop = (async () => {
   }
 })();
 
+// Before `ready`: without a listener the default action ends the process the instant the
+// signal arrives, even between two statements.
 process.once('SIGTERM', () => {
   void (async () => {
     await messages.close();
@@ -128,3 +129,4 @@ process.once('SIGTERM', () => {
     process.exit(1);
   });
 });
+report({ ev: 'ready' });
