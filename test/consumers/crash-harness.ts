@@ -231,7 +231,10 @@ export async function crashProof(options: CrashProofOptions & { published: numbe
   };
   try {
     await Promise.all(options.workers.map((name) => ready(spawnWorker(name))));
-    const publishing = options.publish();
+    if (process.env.CONSUMER_CRASH_DEBUG) console.log(`[${options.system}/${options.mode}] consumers ready after ${Date.now() - started} ms`);
+    const publishing = options.publish().then(() => {
+      if (process.env.CONSUMER_CRASH_DEBUG) console.log(`[${options.system}/${options.mode}] published after ${Date.now() - started} ms; ${settledDone().size} settled`);
+    });
     const deadline = started + options.timeoutMs;
     let nextKill = Date.now() + options.killEveryMs[0];
     for (;;) {
@@ -263,6 +266,7 @@ export async function crashProof(options: CrashProofOptions & { published: numbe
       await sleep(20);
     }
     await publishing;
+    if (process.env.CONSUMER_CRASH_DEBUG) console.log(`[${options.system}/${options.mode}] all settled and drained after ${Date.now() - started} ms`);
     await sleep(300); // a late duplicate would show now
     const alive = [...current.values()].filter((p) => p.alive);
     // A restarted consumer still starting has no SIGTERM handler yet.
@@ -316,8 +320,9 @@ export async function crashProof(options: CrashProofOptions & { published: numbe
     ),
     runs: count((l) => l.ev === 'run'),
     replays: count((l) => l.ev === 'settle' && l.outcome === 'done' && l.replayed === true),
-    conflicts: count((l) => l.ev === 'settle' && l.code === 'request-in-progress'),
-    handlerErrors: count((l) => l.ev === 'settle' && l.outcome === 'failed'),
+    // Settlements that met a conflict (nak, delay), or conflicts retried in place (MQTT).
+    conflicts: count((l) => (l.ev === 'settle' && l.code === 'request-in-progress') || l.ev === 'conflict'),
+    handlerErrors: count((l) => (l.ev === 'settle' && l.outcome === 'failed') || l.ev === 'handler-error'),
     terms: count((l) => l.ev === 'settle' && l.outcome === 'reject'),
     effects: rows.length,
     distinctIds: byId.size,
