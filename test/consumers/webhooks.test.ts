@@ -156,7 +156,7 @@ describe.skipIf(!available)('webhooks over real HTTP', () => {
       const payload = stripeEvent(`evt_${run}_5`);
       const answer = await fetch(`${base}/webhooks/parsed`, { method: 'POST', headers: stripeHeaders(payload), body: payload });
       expect(answer.status).toBe(500);
-      expect((await answer.json()).detail).toMatch(/express\.raw/);
+      expect(((await answer.json()) as { detail: string }).detail).toMatch(/express\.raw/);
     });
   });
 
@@ -196,10 +196,10 @@ describe.skipIf(!available)('webhooks over real HTTP', () => {
       const payload = JSON.stringify({ action: 'closed' });
       const bad = await send(payload, randomUUID(), 'sha256=' + '0'.repeat(64));
       expect(bad.status).toBe(400);
-      expect((await bad.json()).code).toBe('webhook-signature-invalid');
+      expect(((await bad.json()) as { code: string }).code).toBe('webhook-signature-invalid');
       const keyless = await send(payload, undefined);
       expect(keyless.status).toBe(400);
-      expect((await keyless.json()).code).toBe('key-missing');
+      expect(((await keyless.json()) as { code: string }).code).toBe('key-missing');
       expect(handled.some((h) => h.name === 'closed')).toBe(false);
     });
   });
@@ -251,7 +251,7 @@ describe.skipIf(!available)('webhooks over real HTTP', () => {
       ] as const) {
         const answer = await fetch(`${base}/hooks`, { method: 'POST', headers, body: payload });
         expect(answer.status).toBe(400);
-        expect((await answer.json()).code).toBe('webhook-signature-invalid');
+        expect(((await answer.json()) as { code: string }).code).toBe('webhook-signature-invalid');
       }
       expect(handled).toHaveLength(1);
     });
