@@ -9,6 +9,7 @@ export default defineConfig({
     alias: [
       { find: /^idempotency-kit$/, replacement: here('./src/index.ts') },
       { find: /^idempotency-kit\/(node|express|fastify|koa|fetch|hono)$/, replacement: here('./adapters/$1.ts') },
+      { find: /^idempotency-kit\/(nats|bullmq|mqtt|webhooks)$/, replacement: here('./consumers/$1.ts') },
       { find: /^idempotency-kit\/drivers\/(.*)$/, replacement: here('./drivers/$1.ts') },
       { find: /^idempotency-kit\/testing$/, replacement: here('./testing/store-contract.ts') },
       { find: /^idempotency-kit\/client$/, replacement: here('./client/index.ts') },

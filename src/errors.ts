@@ -18,7 +18,8 @@ export type IdempotencyErrorCode =
   | 'result-not-storable'
   | 'lease-lost'
   | 'transaction-conflict'
-  | 'scope-required';
+  | 'scope-required'
+  | 'webhook-signature-invalid';
 
 export class IdempotencyError extends Error {
   override name = 'IdempotencyError';

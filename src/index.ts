@@ -2,7 +2,7 @@
  * idempotency-kit: make retried requests and redelivered messages safe.
  *
  * The root entry holds what an application, an adapter author or a store author needs:
- * `createStore`, `idempotent`, the HTTP layer (`createIdempotency`, for writing an adapter:
+ * `createStore`, `idempotent`, `idempotentBatch`, the HTTP layer (`createIdempotency`, for writing an adapter:
  * docs/writing-an-adapter.md), the error classes, and the store interface's types.
  * @module
  * @example
@@ -39,6 +39,15 @@ export {
   type IdempotencyOptions,
 } from './http.js';
 export { idempotent, type IdempotentOptions, type IdempotentTransactionOptions } from './idempotent.js';
+export {
+  idempotentBatch,
+  type BatchFailure,
+  type BatchResult,
+  type BatchSuccess,
+  type IdempotentBatchOptions,
+  type IdempotentBatchTransactionOptions,
+} from './batch.js';
+export type { FailureKind } from './outcome.js';
 export type { FormatError, HttpResponse, ProblemDetails } from './problem.js';
 export type {
   ClaimRequest,

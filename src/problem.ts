@@ -20,6 +20,7 @@ const titles: Record<string, string> = {
   'store-unavailable': 'Idempotency store unavailable',
   'body-too-large': 'Request body too large',
   'scope-required': 'Idempotency keys have no scope on this server',
+  'webhook-signature-invalid': 'Webhook signature missing or invalid',
 };
 
 /** An RFC 9457 problem document as the layer writes it. */

@@ -19,6 +19,10 @@ const expected: Record<string, string[]> = {
   './koa': ['idempotency'],
   './fetch': ['withIdempotency'],
   './hono': ['idempotency'],
+  './nats': ['jetStreamHandler'],
+  './bullmq': ['idempotentProcessor', 'JobRejectedError'],
+  './mqtt': ['handleMqttMessages', 'userProperty'],
+  './webhooks': ['webhookHandler', 'stripeWebhook', 'githubWebhook', 'standardWebhook', 'WebhookSignatureError'],
   './drivers/memory': ['memoryStore'],
   './drivers/redis': ['redisStore'],
   './drivers/postgres': ['postgresStore'],
@@ -54,7 +58,7 @@ describe('package exports', () => {
       [
         'BodyTooLargeError', 'Idempotency', 'IdempotencyConflictError', 'IdempotencyError', 'IdempotencyKeyError',
         'IdempotencyMismatchError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
-        'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'isIdempotencyError',
+        'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'idempotentBatch', 'isIdempotencyError',
         'inTransaction', 'LeaseLostError', 'TransactionConflictError',
       ].sort(),
     );

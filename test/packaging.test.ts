@@ -16,7 +16,7 @@ afterAll(() => rmSync(clone, { recursive: true, force: true }));
 describe('npm pack', () => {
   it('ships dist (built by prepack), LICENSE, README and docs; no tests', () => {
     const root = resolve('.');
-    for (const entry of ['package.json', 'tsup.config.ts', 'tsconfig.json', 'README.md', 'LICENSE', 'src', 'adapters', 'drivers', 'docs', 'client', 'cli', 'testing']) {
+    for (const entry of ['package.json', 'tsup.config.ts', 'tsconfig.json', 'README.md', 'LICENSE', 'src', 'adapters', 'drivers', 'docs', 'client', 'cli', 'testing', 'consumers']) {
       if (existsSync(join(root, entry))) cpSync(join(root, entry), join(clone, entry), { recursive: true });
     }
     symlinkSync(join(root, 'node_modules'), join(clone, 'node_modules'));
