@@ -10,6 +10,7 @@ import { join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { send } from './adapters/client.js';
+import { importsFromSources } from './helpers/package-imports.js';
 import { freePort, untilListening } from './helpers/ports.js';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
@@ -39,12 +40,7 @@ function snippets(page: string): Array<{ heading: string; code: string }> {
 
 /** The package is not installed under its own name here: its sources stand in for it. */
 function runnable(code: string): string {
-  return code
-    .replace(/from 'idempotency-kit'/g, `from ${JSON.stringify(join(root, 'src', 'index.ts'))}`)
-    .replace(/from 'idempotency-kit\/drivers\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'drivers', `${name}.ts`))}`)
-    .replace(/from 'idempotency-kit\/client'/g, `from ${JSON.stringify(join(root, 'client', 'index.ts'))}`)
-    .replace(/from 'idempotency-kit\/client\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'client', `${name}.ts`))}`)
-    .replace(/from 'idempotency-kit\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'adapters', `${name}.ts`))}`);
+  return importsFromSources(code);
 }
 
 describe('README', () => {
