@@ -1,7 +1,8 @@
 /**
  * The package's entry points: each public sub-path and the source file it is built from.
  * This list is the only place they are written. Adding an entry is one line here, then
- * `npm run sync-entries`, which rewrites package.json (`exports`, `typesVersions`) and
+ * `npm run sync-entries`, which rewrites package.json (`exports`, `typesVersions`, and
+ * `main`/`module`/`types` for the root) and
  * tsconfig.json (`paths`). tsup.config.ts and vitest.config.ts read the list when they load,
  * and test/entries.test.ts fails while package.json or tsconfig.json disagree with it.
  * The `idempotency-kit` command (package.json `bin`) is not an entry: tsup.config.ts builds it.
@@ -90,6 +91,15 @@ export function typesVersionsField(): { '*': Record<string, string[]> } {
     if (subpath !== '.') paths[subpath.slice(2)] = [`./dist/${distName(source)}.d.cts`];
   }
   return { '*': paths };
+}
+
+/**
+ * package.json `main`, `module` and `types`: the root for tools that read no `exports`.
+ * Those that read `types` (TypeScript's node10 resolution) load `main`, the CommonJS build.
+ */
+export function legacyRootFields(): { main: string; module: string; types: string } {
+  const dist = `./dist/${distName(entries['.'])}`;
+  return { main: `${dist}.cjs`, module: `${dist}.js`, types: `${dist}.d.cts` };
 }
 
 /** tsconfig.json `paths`: the package's own specifiers, resolved to the sources. */

@@ -1,11 +1,12 @@
 /**
  * `npm run sync-entries`: writes the entry list (entries.ts) into the two static files that
- * cannot import it: package.json `exports` and `typesVersions`, tsconfig.json `paths`.
+ * cannot import it: package.json `exports`, `typesVersions` and the root's `main`, `module`
+ * and `types`; tsconfig.json `paths`.
  * Everything else in both files is kept as it is, key order included.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { exportsField, tsconfigPaths, typesVersionsField } from '../entries.js';
+import { exportsField, legacyRootFields, tsconfigPaths, typesVersionsField } from '../entries.js';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
 
@@ -33,7 +34,11 @@ function rewrite(file: string, change: (json: Record<string, unknown>) => Record
   console.log(`${file}: rewritten from entries.ts`);
 }
 
-rewrite('package.json', (pkg) => withKey(withKey(pkg, 'exports', exportsField(), 'bin'), 'typesVersions', typesVersionsField(), 'exports'));
+rewrite('package.json', (pkg) => {
+  let result = pkg;
+  for (const [key, value] of Object.entries(legacyRootFields())) result = withKey(result, key, value, 'files');
+  return withKey(withKey(result, 'exports', exportsField(), 'bin'), 'typesVersions', typesVersionsField(), 'exports');
+});
 rewrite('tsconfig.json', (tsconfig) => {
   const compilerOptions = tsconfig.compilerOptions as Record<string, unknown>;
   return { ...tsconfig, compilerOptions: withKey(compilerOptions, 'paths', tsconfigPaths(), 'baseUrl') };

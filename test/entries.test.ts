@@ -7,7 +7,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import tsupConfig from '../tsup.config.js';
-import { distName, entries, exportsField, packageName, sourceOf, specifierOf, subpaths, tsconfigPaths, tsupEntry, typesVersionsField } from '../entries.js';
+import { distName, entries, exportsField, legacyRootFields, packageName, sourceOf, specifierOf, subpaths, tsconfigPaths, tsupEntry, typesVersionsField } from '../entries.js';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
 const json = (file: string) => JSON.parse(readFileSync(`${root}${file}`, 'utf8')) as Record<string, unknown>;
@@ -31,13 +31,11 @@ describe('entry points: one list', () => {
     // Same order too: the root first, package.json last.
     expect(Object.keys(pkg.exports as object)).toEqual([...subpaths, './package.json']);
     expect(pkg.typesVersions, fix).toEqual(typesVersionsField());
-    // The root for tools that read no `exports` (TypeScript's node10, older bundlers).
-    const root = exportsField()['.'] as { import: { types: string; default: string }; require: { default: string } };
-    expect({ main: pkg.main, module: pkg.module, types: pkg.types }).toEqual({
-      main: root.require.default,
-      module: root.import.default,
-      types: root.import.types,
-    });
+    // The root for tools that read no `exports` (TypeScript's node10, older bundlers): the
+    // same files as the root's `require` (main, types) and `import` (module) conditions.
+    expect({ main: pkg.main, module: pkg.module, types: pkg.types }, fix).toEqual(legacyRootFields());
+    const root = exportsField()['.'] as { import: { default: string }; require: { types: string; default: string } };
+    expect(legacyRootFields()).toEqual({ main: root.require.default, module: root.import.default, types: root.require.types });
   });
 
   it(`tsconfig.json: \`paths\` are the list's, each specifier to its source (${fix})`, () => {
