@@ -1,27 +1,10 @@
 import { defineConfig } from 'tsup';
+import { tsupEntry } from './entries.js';
 
 export default defineConfig({
   entry: {
-    index: 'src/index.ts',
-    'adapters/node': 'adapters/node.ts',
-    'adapters/express': 'adapters/express.ts',
-    'adapters/fastify': 'adapters/fastify.ts',
-    'adapters/koa': 'adapters/koa.ts',
-    'adapters/fetch': 'adapters/fetch.ts',
-    'adapters/hono': 'adapters/hono.ts',
-    'consumers/nats': 'consumers/nats.ts',
-    'consumers/bullmq': 'consumers/bullmq.ts',
-    'consumers/mqtt': 'consumers/mqtt.ts',
-    'consumers/webhooks': 'consumers/webhooks.ts',
-    'drivers/memory': 'drivers/memory.ts',
-    'drivers/redis': 'drivers/redis.ts',
-    'drivers/postgres': 'drivers/postgres.ts',
-    'drivers/sqlite': 'drivers/sqlite.ts',
-    'drivers/mysql': 'drivers/mysql.ts',
-    testing: 'testing/store-contract.ts',
-    'client/index': 'client/index.ts',
-    'client/got': 'client/got.ts',
-    'client/ky': 'client/ky.ts',
+    // Every public entry point, from the one list (entries.ts).
+    ...tsupEntry(),
     // The `idempotency-kit` command (package.json `bin`); its #! line is kept and the file made executable.
     cli: 'cli/index.ts',
   },

@@ -15,8 +15,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import { Transform, finished } from 'node:stream';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import fp from 'fastify-plugin';
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { BodyTooLargeError } from '../src/errors.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import { captureStream, endAfterDrain, keyHeaderLines, toNodeStream } from './internal/node-io.js';
@@ -240,6 +239,14 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
  * `await app.register(idempotency, { store })`. It is not encapsulated: it covers the
  * routes of the instance it is registered on and of that instance's children.
  */
-export const idempotency = fp(plugin, { fastify: '5.x', name: 'idempotency-kit' });
+export const idempotency: FastifyPluginAsync<FastifyIdempotencyOptions> = Object.assign(plugin, {
+  // The metadata fastify-plugin would write, written here so that no user installs it:
+  // Fastify registers the hooks in the caller's scope instead of a new encapsulated one
+  // (skip-override), names the plugin in its errors and `hasPlugin()` (display-name), and
+  // refuses at registration a Fastify whose version is outside `fastify` (plugin-meta).
+  [Symbol.for('skip-override')]: true,
+  [Symbol.for('fastify.display-name')]: 'idempotency-kit',
+  [Symbol.for('plugin-meta')]: { name: 'idempotency-kit', fastify: '5.x' },
+});
 
 export default idempotency;

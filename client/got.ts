@@ -20,6 +20,7 @@ import {
   resolvePolicy,
   type AttemptReason,
   type Decision,
+  type ExtendableClient,
   type RetryPolicy,
   type RetryPolicyOptions,
   type StopCode,
@@ -72,18 +73,19 @@ function reasonFor(policy: RetryPolicy, error: RequestError): AttemptReason {
  * when the policy gives up, the call rejects with {@link IdempotentRequestError} (its `cause`
  * is got's error). Other methods keep got's usual retry behaviour.
  */
-export function idempotentGot<T extends Got>(got: T, options: RetryPolicyOptions = {}): T {
+export function idempotentGot<T extends ExtendableClient>(got: T, options: RetryPolicyOptions = {}): T {
   assertExtendable('got', got);
+  const instance = got as unknown as Got;
   const policy = resolvePolicy(options);
   // Other methods keep the instance's own retry settings.
-  const baseLimit = got.defaults.options.retry.limit ?? 0;
-  const baseMethods: string[] = got.defaults.options.retry.methods ?? [];
+  const baseLimit = instance.defaults.options.retry.limit ?? 0;
+  const baseMethods: string[] = instance.defaults.options.retry.methods ?? [];
   const callOf = (context: Record<PropertyKey, unknown>) => context[state] as CallState | undefined;
 
   const report = (call: CallState, event: { attempt: number; method: string; url: string; reason: AttemptReason; status?: number; error?: unknown; decision: Decision }) =>
     policy.onAttempt?.({ ...event, key: call.key, elapsedMs: policy.now() - call.started });
 
-  return got.extend({
+  return instance.extend({
     // One attempt's limit; got's TimeoutError is then retried like a network error.
     timeout: { request: policy.timeoutMs },
     retry: {
@@ -157,5 +159,5 @@ export function idempotentGot<T extends Got>(got: T, options: RetryPolicyOptions
         },
       ],
     },
-  }) as T;
+  }) as unknown as T;
 }

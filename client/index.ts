@@ -10,7 +10,6 @@
  * // server replays the first answer instead of charging twice.
  * const res = await fetch('https://api.example.com/payments', { method: 'POST', body: JSON.stringify({ amount: 100 }) });
  */
-import pRetry, { AbortError } from 'p-retry';
 import { assertFunction } from '../src/validate.js';
 import {
   IdempotentRequestError,
@@ -46,13 +45,6 @@ export interface IdempotentFetchOptions extends RetryPolicyOptions {
 }
 
 export type IdempotentFetch = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
-
-/** Thrown inside the retry loop to ask for another attempt after `delayMs`. */
-class RetryLater extends Error {
-  constructor(readonly delayMs: number) {
-    super('retry');
-  }
-}
 
 interface AttemptResult {
   reason: AttemptReason;
@@ -162,52 +154,43 @@ async function run(
     });
 
   try {
-    return await pRetry(
-      async (attempt) => {
-        if (userSignal.aborted) throw new AbortError(stop('aborted', userSignal.reason));
-        attempts = attempt;
-        const remaining = policy.maxTimeMs - (policy.now() - started);
-        // A one-shot body is sent as it is, once; everything else goes out as a fresh copy.
-        const request = oneShot ? template : template.clone();
-        last = await attemptOnce(send, request, userSignal, Math.max(1, Math.min(policy.timeoutMs, remaining)));
-        const { response } = last;
-        const retryAfter = response?.headers.get('retry-after');
-        if (response) last.reason = reasonForStatus(policy, response.status, retryAfter);
-        const decision: Decision = decide(
-          policy,
-          { reason: last.reason, status: response?.status, retryAfter },
-          { attempt, elapsedMs: policy.now() - started, replayable: !oneShot },
-        );
-        policy.onAttempt?.({
-          attempt,
-          key,
-          method: template.method,
-          url: template.url,
-          reason: last.reason,
-          ...(response ? { status: response.status } : { error: last.error }),
-          decision,
-          elapsedMs: policy.now() - started,
-        });
-        if (decision.retry) throw new RetryLater(decision.delayMs);
-        if (decision.stop) throw new AbortError(stop(decision.stop, decision.stop === 'aborted' ? userSignal.reason : undefined));
-        return response!;
-      },
-      {
-        // The policy decides every retry and its wait; p-retry runs the loop.
-        retries: policy.maxAttempts - 1,
-        minTimeout: 0,
-        shouldRetry: async ({ error }) => {
-          if (!(error instanceof RetryLater)) return false;
-          await sleep(error.delayMs, userSignal);
-          return true;
-        },
-      },
-    );
+    // The policy bounds the loop: it stops at `maxAttempts` and before a wait past `maxTimeMs`.
+    for (let attempt = 1; ; attempt++) {
+      if (userSignal.aborted) throw stop('aborted', userSignal.reason);
+      attempts = attempt;
+      const remaining = policy.maxTimeMs - (policy.now() - started);
+      // A one-shot body is sent as it is, once; everything else goes out as a fresh copy.
+      const request = oneShot ? template : template.clone();
+      last = await attemptOnce(send, request, userSignal, Math.max(1, Math.min(policy.timeoutMs, remaining)));
+      const { response } = last;
+      const retryAfter = response?.headers.get('retry-after');
+      if (response) last.reason = reasonForStatus(policy, response.status, retryAfter);
+      const decision: Decision = decide(
+        policy,
+        { reason: last.reason, status: response?.status, retryAfter },
+        { attempt, elapsedMs: policy.now() - started, replayable: !oneShot },
+      );
+      policy.onAttempt?.({
+        attempt,
+        key,
+        method: template.method,
+        url: template.url,
+        reason: last.reason,
+        ...(response ? { status: response.status } : { error: last.error }),
+        decision,
+        elapsedMs: policy.now() - started,
+      });
+      if (decision.retry) {
+        await sleep(decision.delayMs, userSignal);
+        continue;
+      }
+      if (decision.stop) throw stop(decision.stop, decision.stop === 'aborted' ? userSignal.reason : undefined);
+      return response!;
+    }
   } catch (error) {
     if (isIdempotentRequestError(error)) throw error;
+    // An abort during the wait between attempts (or an onAttempt that threw after it).
     if (userSignal.aborted) throw stop('aborted', userSignal.reason);
-    // Only reached if p-retry's own budget ran out before the policy's.
-    if (error instanceof RetryLater) throw stop('attempts-exhausted');
     throw error;
   }
 }

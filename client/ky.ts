@@ -11,7 +11,7 @@
  */
 import type { KyInstance } from 'ky';
 import { createIdempotentFetch, type IdempotentFetchOptions } from './index.js';
-import { assertExtendable } from './policy.js';
+import { assertExtendable, type ExtendableClient } from './policy.js';
 
 export type { IdempotentFetchOptions as IdempotentKyOptions } from './index.js';
 
@@ -22,7 +22,7 @@ export type { IdempotentFetchOptions as IdempotentKyOptions } from './index.js';
  * answer work as usual. When the policy gives up, the call rejects with
  * IdempotentRequestError. Pass `fetch` here, not to ky, to send through another fetch.
  */
-export function idempotentKy(ky: KyInstance, options: IdempotentFetchOptions = {}): KyInstance {
+export function idempotentKy<T extends ExtendableClient>(ky: T, options: IdempotentFetchOptions = {}): T {
   assertExtendable('ky', ky);
-  return ky.extend({ fetch: createIdempotentFetch(options), retry: 0, timeout: false });
+  return (ky as unknown as KyInstance).extend({ fetch: createIdempotentFetch(options), retry: 0, timeout: false }) as unknown as T;
 }

@@ -145,6 +145,17 @@ export function assertOptions(options: unknown): asserts options is object {
   }
 }
 
+/**
+ * An HTTP library instance a wrapper extends: got and ky instances are functions with an
+ * `extend` method. Written out here rather than imported from got or ky: both ship ES modules
+ * only, so their types do not resolve for a CommonJS or node10 TypeScript project, and this
+ * package's types must (the wrapper returns the caller's own instance type, fully typed).
+ */
+export interface ExtendableClient {
+  (...args: never[]): unknown;
+  extend: (...args: never[]) => unknown;
+}
+
 /** The HTTP library instance a wrapper extends: got and ky both have `extend`. */
 export function assertExtendable(name: string, instance: unknown): void {
   if (typeof instance !== 'function' || typeof (instance as { extend?: unknown }).extend !== 'function') {

@@ -5,6 +5,7 @@
 import type http from 'node:http';
 import { createStore, type IdempotencyEvent } from 'idempotency-kit';
 import type { DemoDeps } from './apps/node.js';
+import { exitWithParent } from './exit-with-parent.js';
 import { createPayments } from './payments.js';
 
 export const DEFAULT_STORE = 'sqlite://./.data/idempotency.sqlite';
@@ -95,12 +96,10 @@ Ctrl-C stops it.
   const stop = () => void demo.close().then(() => process.exit(0));
   process.on('SIGINT', stop);
   process.on('SIGTERM', stop);
-  // Stop with whoever started us, even when it was killed without passing a signal on
-  // (a killed npm leaves its child to init): the parent changes, and we leave too.
-  const parent = process.ppid;
-  setInterval(() => {
-    if (process.ppid !== parent) stop();
-  }, 1000).unref();
+  process.on('SIGHUP', stop);
+  // Stop with whoever started us (npm and the shell it runs us in), even when it was killed
+  // without passing a signal on.
+  exitWithParent(stop);
 }
 
 /** The store URL without its password, for logs. */

@@ -10,6 +10,7 @@ import { join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { send } from './adapters/client.js';
+import { importsFromSources } from './helpers/package-imports.js';
 import { freePort, untilListening } from './helpers/ports.js';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
@@ -39,12 +40,7 @@ function snippets(page: string): Array<{ heading: string; code: string }> {
 
 /** The package is not installed under its own name here: its sources stand in for it. */
 function runnable(code: string): string {
-  return code
-    .replace(/from 'idempotency-kit'/g, `from ${JSON.stringify(join(root, 'src', 'index.ts'))}`)
-    .replace(/from 'idempotency-kit\/drivers\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'drivers', `${name}.ts`))}`)
-    .replace(/from 'idempotency-kit\/client'/g, `from ${JSON.stringify(join(root, 'client', 'index.ts'))}`)
-    .replace(/from 'idempotency-kit\/client\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'client', `${name}.ts`))}`)
-    .replace(/from 'idempotency-kit\/([\w-]+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'adapters', `${name}.ts`))}`);
+  return importsFromSources(code);
 }
 
 describe('README', () => {
@@ -277,6 +273,18 @@ describe('user docs stand alone', () => {
     it(`${page}: every link resolves inside the repository or is a public page`, () => {
       expect(brokenLinks(page, readFileSync(join(root, page), 'utf8'), readRepoFile)).toEqual([]);
     });
+    const text = readFileSync(join(root, page), 'utf8');
+    if (text.includes('npx tsx')) {
+      it(`${page}: runs its example with npx tsx, and an install line installs tsx`, () => {
+        expect(text).toMatch(/^npm install (--save-dev|-D) tsx\b/m);
+      });
+    }
+  }
+
+  for (const page of ['CHANGELOG.md', 'CONTRIBUTING.md']) {
+    it(`${page}: every link resolves inside the repository or is a public page`, () => {
+      expect(brokenLinks(page, readFileSync(join(root, page), 'utf8'), readRepoFile)).toEqual([]);
+    });
   }
 
   it('semantics.md has the anchors other pages and the code point to', () => {
@@ -331,5 +339,20 @@ describe('user docs stand alone', () => {
     expect(brokenLinks('docs/a.md', '[x](file:///work/shared/SPEC.md) [y](http://localhost:3000/) [z](/work/x.md)', read)).toHaveLength(3);
     expect(brokenLinks('docs/a.md', '[rfc](https://www.rfc-editor.org/rfc/rfc9457) `[x](nowhere.md)`', read)).toEqual([]);
     expect(brokenLinks('docs/a.md', '```md\n[x](nowhere.md)\n```', read)).toEqual([]);
+  });
+});
+
+describe('CONTRIBUTING.md', () => {
+  it('its code-structure tree names folders that exist, and names every top-level folder and every test folder', () => {
+    const text = readFileSync(join(root, 'CONTRIBUTING.md'), 'utf8');
+    const tree = /## Code structure\n[\s\S]*?```\n([\s\S]*?)```/.exec(text)?.[1] ?? '';
+    const named = [...tree.matchAll(/^(\S+)\/\s/gm)].map((m) => m[1]!);
+    expect(named.length).toBeGreaterThan(10);
+    for (const dir of named) expect(existsSync(join(root, dir)), `${dir}/ is in the tree but not in the repository`).toBe(true);
+    const folders = (dir: string) =>
+      readdirSync(join(root, dir), { withFileTypes: true })
+        .filter((entry) => entry.isDirectory() && !entry.name.startsWith('.') && !['node_modules', 'dist', 'coverage'].includes(entry.name))
+        .map((entry) => (dir === '.' ? entry.name : `${dir}/${entry.name}`));
+    for (const dir of [...folders('.'), ...folders('test')]) expect(named, `${dir}/ is missing from the tree`).toContain(dir);
   });
 });

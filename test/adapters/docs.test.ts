@@ -8,6 +8,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { importsFromSources } from '../helpers/package-imports.js';
 import { freePort, untilListening } from '../helpers/ports.js';
 import { expectProblem, send } from './client.js';
 
@@ -25,9 +26,7 @@ function example(adapter: string, heading = '## Example'): string {
   const code = /```ts\n([\s\S]*?)```/.exec(page.slice(at))?.[1];
   if (!code) throw new Error(`docs/adapters/${adapter}.md has no ts block under "${heading}"`);
   // The package is not installed under its own name here: its sources stand in for it.
-  return code
-    .replace(/from 'idempotency-kit'/g, `from ${JSON.stringify(join(root, 'src', 'index.ts'))}`)
-    .replace(/from 'idempotency-kit\/(\w+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'adapters', `${name}.ts`))}`);
+  return importsFromSources(code);
 }
 
 const { IDEMPOTENCY_STORE: _ignored, ...inheritedEnv } = process.env;

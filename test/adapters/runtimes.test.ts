@@ -12,6 +12,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, wri
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { importsFromDist } from '../helpers/package-imports.js';
 import { freePort, untilListening } from '../helpers/ports.js';
 import { expectProblem, send } from './client.js';
 
@@ -73,9 +74,7 @@ function docsBlock(heading: string): string {
   const page = readFileSync(join(root, 'docs/adapters/fetch.md'), 'utf8');
   const code = /```ts\n([\s\S]*?)```/.exec(page.slice(page.indexOf(`${heading}\n`)))?.[1];
   if (!code) throw new Error(`docs/adapters/fetch.md has no ts block under "${heading}"`);
-  return code
-    .replace(/from 'idempotency-kit'/g, `from ${JSON.stringify(join(root, 'dist/index.js'))}`)
-    .replace(/from 'idempotency-kit\/(\w+)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'dist/adapters', `${name}.js`))}`);
+  return importsFromDist(code);
 }
 const docsDir = join(root, 'node_modules', '.cache', `idempotency-runtimes-${randomUUID().slice(0, 8)}`);
 afterAll(() => rmSync(docsDir, { recursive: true, force: true }));

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scripted } from '../helpers/faulty-proxy.js';
+import { importsFromSources } from '../helpers/package-imports.js';
 import { useOrderServer } from './server.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -20,10 +21,7 @@ const page = readFileSync(join(root, 'docs', 'client.md'), 'utf8');
 const blocks = [...page.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
 
 /** The package is not installed under its own name here: its sources stand in for it. */
-const fromSources = (code: string) =>
-  code
-    .replace(/from 'idempotency-kit\/client'/g, `from ${JSON.stringify(join(root, 'client', 'index.ts'))}`)
-    .replace(/from 'idempotency-kit\/client\/(got|ky)'/g, (_, name: string) => `from ${JSON.stringify(join(root, 'client', `${name}.ts`))}`);
+const fromSources = importsFromSources;
 
 function run(file: string, env: Record<string, string>): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {

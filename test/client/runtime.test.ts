@@ -28,15 +28,15 @@ function runtimeGraph(entry: string): { files: string[]; packages: string[] } {
 }
 
 describe('client runtime', () => {
-  it('client/index.ts loads only the client, the option checks and p-retry', () => {
+  it('client/index.ts loads only the client and the option checks: no package at all (the retry loop is its own)', () => {
     expect(runtimeGraph('client/index.ts')).toEqual({
       files: ['client/index.ts', 'client/policy.ts', 'src/validate.ts'],
-      packages: ['p-retry'],
+      packages: [],
     });
   });
 
   it('the got and ky entries add no runtime import of got or ky', () => {
     expect(runtimeGraph('client/got.ts').packages).toEqual([]);
-    expect(runtimeGraph('client/ky.ts').packages).toEqual(['p-retry']);
+    expect(runtimeGraph('client/ky.ts').packages).toEqual([]);
   });
 });

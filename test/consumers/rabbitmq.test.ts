@@ -15,6 +15,7 @@ import amqp, { type ChannelModel, type ConfirmChannel } from 'amqplib';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AMQP_URL, POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
+import { importsFromSources } from '../helpers/package-imports.js';
 
 // The shared store every consumer process uses (Redis; CONSUMER_STORE_URL may point at PostgreSQL).
 const STORE_URL = process.env.CONSUMER_STORE_URL ?? REDIS_URL;
@@ -322,8 +323,7 @@ describe.skipIf(!available)('RabbitMQ consumers over a shared store', () => {
     // The snippet as written; only the package import (not installed under its own name
     // here), the queue and the table names are replaced, so that runs do not collide.
     const resolve = createRequire(import.meta.url).resolve;
-    const source = snippet
-      .replace("from 'idempotency-kit'", `from ${JSON.stringify(fileURLToPath(new URL('../../src/index.ts', import.meta.url)))}`)
+    const source = importsFromSources(snippet)
       .replace("from 'amqplib'", `from ${JSON.stringify(resolve('amqplib'))}`)
       .replace("from 'pg'", `from ${JSON.stringify(resolve('pg'))}`)
       .replaceAll("'orders.dead'", `'${docQueue}.dead'`)

@@ -11,6 +11,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { send } from '../adapters/client.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
+import { importsFromSources } from '../helpers/package-imports.js';
 import { freePort } from '../helpers/ports.js';
 
 const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);
@@ -26,11 +27,7 @@ function example(heading: string): string {
   const page = readFileSync(join(root, 'docs', 'transactions.md'), 'utf8');
   const code = /```ts\n([\s\S]*?)```/.exec(page.slice(page.indexOf(heading)))?.[1];
   if (!code) throw new Error(`docs/transactions.md has no ts block under "${heading}"`);
-  const source = (path: string) => JSON.stringify(join(root, path));
-  return code
-    .replace(/from 'idempotency-kit'/g, `from ${source('src/index.ts')}`)
-    .replace(/from 'idempotency-kit\/drivers\/(\w+)'/g, (_, name: string) => `from ${source(`drivers/${name}.ts`)}`)
-    .replace(/from 'idempotency-kit\/(\w+)'/g, (_, name: string) => `from ${source(`adapters/${name}.ts`)}`);
+  return importsFromSources(code);
 }
 
 function run(file: string, env: Record<string, string>) {

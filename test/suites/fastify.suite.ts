@@ -105,6 +105,42 @@ export function fastifySuite({ extra }: FastifySuiteOptions = {}): void {
       expect((await send(url, { path: '/eu/orders', key: k })).headers['idempotent-replayed']).toBe('true');
     });
 
+    it('registered inside the app\'s own setup plugin, its hooks reach that plugin\'s scope: the parent scope it was registered from, not a new one', async () => {
+      const calls = new Calls();
+      const app = create();
+      // A user's setup plugin (encapsulated, as any plain async plugin) registers ours and declares routes itself.
+      await app.register(async (scope) => {
+        await scope.register(idempotency, { store: memoryStore(), scope: 'shared' });
+        scope.post('/orders', async () => ({ n: calls.hit('orders') }));
+      });
+      app.post('/outside', async () => ({ n: calls.hit('outside') }));
+      const url = await listen(app);
+      expectProblem(await send(url, { path: '/orders' }), 400, 'key-missing');
+      const k = key();
+      await send(url, { path: '/orders', key: k });
+      expect((await send(url, { path: '/orders', key: k })).headers['idempotent-replayed']).toBe('true');
+      expect(calls.count('orders')).toBe(1);
+      // The setup plugin is encapsulated: a sibling scope is not covered.
+      expect((await send(url, { path: '/outside' })).status).toBe(200);
+    });
+
+    it('declares Fastify 5: a Fastify of another major refuses to register it, naming the plugin', async () => {
+      for (const version of ['4.29.1', '6.0.0']) {
+        const app = create();
+        // Fastify checks a plugin's declared range against its own `version` at registration.
+        Object.defineProperty(app, 'version', { value: version, configurable: true });
+        await expect(app.register(idempotency, { store: memoryStore(), scope: 'shared' }).ready()).rejects.toMatchObject({
+          code: 'FST_ERR_PLUGIN_VERSION_MISMATCH',
+          message: expect.stringContaining(`idempotency-kit - expected '5.x' fastify version, '${version}' is installed`),
+        });
+      }
+      // The installed Fastify 5 takes it.
+      const app = create();
+      await app.register(idempotency, { store: memoryStore(), scope: 'shared' }).ready();
+      expect(app.version).toMatch(/^5\./);
+      expect(app.hasPlugin('idempotency-kit')).toBe(true);
+    });
+
     it('registered again in a child context (another header, another store), each registration keeps its own per-request state', async () => {
       const calls = new Calls();
       const app = create();

@@ -1,0 +1,45 @@
+/**
+ * `npm run sync-entries`: writes the entry list (entries.ts) into the two static files that
+ * cannot import it: package.json `exports`, `typesVersions` and the root's `main`, `module`
+ * and `types`; tsconfig.json `paths`.
+ * Everything else in both files is kept as it is, key order included.
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { exportsField, legacyRootFields, tsconfigPaths, typesVersionsField } from '../entries.js';
+
+const root = fileURLToPath(new URL('../', import.meta.url));
+
+/** `object` with `key` set to `value`: in its place if present, else right after `after`. */
+function withKey(object: Record<string, unknown>, key: string, value: unknown, after: string): Record<string, unknown> {
+  if (key in object) return { ...object, [key]: value };
+  const result: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(object)) {
+    result[k] = v;
+    if (k === after) result[key] = value;
+  }
+  if (!(key in result)) result[key] = value;
+  return result;
+}
+
+function rewrite(file: string, change: (json: Record<string, unknown>) => Record<string, unknown>): void {
+  const path = `${root}${file}`;
+  const before = readFileSync(path, 'utf8');
+  const after = `${JSON.stringify(change(JSON.parse(before) as Record<string, unknown>), null, 2)}\n`;
+  if (after === before) {
+    console.log(`${file}: already in line with entries.ts`);
+    return;
+  }
+  writeFileSync(path, after);
+  console.log(`${file}: rewritten from entries.ts`);
+}
+
+rewrite('package.json', (pkg) => {
+  let result = pkg;
+  for (const [key, value] of Object.entries(legacyRootFields())) result = withKey(result, key, value, 'files');
+  return withKey(withKey(result, 'exports', exportsField(), 'bin'), 'typesVersions', typesVersionsField(), 'exports');
+});
+rewrite('tsconfig.json', (tsconfig) => {
+  const compilerOptions = tsconfig.compilerOptions as Record<string, unknown>;
+  return { ...tsconfig, compilerOptions: withKey(compilerOptions, 'paths', tsconfigPaths(), 'baseUrl') };
+});
