@@ -18,6 +18,8 @@ export default defineConfig({
     'drivers/postgres': 'drivers/postgres.ts',
     'drivers/sqlite': 'drivers/sqlite.ts',
     'drivers/mysql': 'drivers/mysql.ts',
+    'drivers/durable-objects': 'drivers/durable-objects.ts',
+    'drivers/d1': 'drivers/d1.ts',
     testing: 'testing/store-contract.ts',
     'client/index': 'client/index.ts',
     'client/got': 'client/got.ts',
@@ -36,4 +38,6 @@ export default defineConfig({
   // Keep `node:crypto` as written: Deno resolves Node built-ins only with the prefix.
   removeNodeProtocol: false,
   treeshake: true,
+  // workerd's own module, imported by the Durable Object class (Workers only).
+  external: ['cloudflare:workers'],
 });

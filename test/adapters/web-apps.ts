@@ -87,7 +87,7 @@ export async function jsonOf(request: Request): Promise<unknown> {
   return text === '' ? undefined : JSON.parse(text);
 }
 
-export function fetchWebApp(options: WebAppOptions, calls: Calls): (request: Request) => Promise<Response> {
+export function fetchWebApp(options: WebAppOptions, calls: Calls): (request: Request, ...platform: unknown[]) => Promise<Response> {
   const json = (body: unknown, status = 200, headers: Record<string, string> = {}) =>
     Response.json(body, { status, headers });
   const routes = async (request: Request): Promise<Response> => {
@@ -138,12 +138,13 @@ export function fetchWebApp(options: WebAppOptions, calls: Calls): (request: Req
     if (route === 'POST /off') return json({ n: calls.hit('off') }, 201);
     return json({ error: 'not found' }, 404);
   };
-  const protectedRoutes = withFetchIdempotency(routes, viaHeaders<Request>(options, (request) => request.headers));
-  return async function app(request) {
+  const protectedRoutes = withFetchIdempotency<Request, unknown[]>(routes, viaHeaders<Request>(options, (request) => request.headers));
+  // `platform`: what the platform passes after the request (a Worker's env and ctx).
+  return async function app(request, ...platform) {
     try {
       // An unprotected route is one not wrapped.
       if (new URL(request.url).pathname === '/off') return await routes(request);
-      return await protectedRoutes(request);
+      return await protectedRoutes(request, ...platform);
     } catch (error) {
       // The platform's error handling, outside the wrapper.
       return json({ error: String(error) }, error instanceof HttpError ? error.status : 500);

@@ -1,0 +1,12 @@
+/**
+ * The part of workerd's built-in `cloudflare:workers` module that the Durable Object class
+ * uses, for compiling this package without `@cloudflare/workers-types` (whose globals
+ * clash with Node's). In a Worker project the real declarations take its place.
+ */
+declare module 'cloudflare:workers' {
+  export abstract class DurableObject<Env = unknown> {
+    protected ctx: unknown;
+    protected env: Env;
+    constructor(ctx: unknown, env: Env);
+  }
+}
