@@ -56,20 +56,6 @@ export function refuseKv(value: unknown, where: string): void {
 }
 
 /**
- * Settle with `promise`, or reject with `message` after `ms`. The timer is set by the
- * calling request and cleared when the call settles: in workerd a timer belongs to the
- * request that set it, so one timer shared by several requests could be gone with the
- * first of them and leave the others without a bound.
- */
-export function within<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(message)), ms);
-  });
-  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
-}
-
-/**
  * Whether a completed record fits in one row: SQLite-backed Durable Objects and D1 refuse
  * a string, BLOB or row over 2 MB. A response that would not fit is kept without its body
  * (a retry gets 409 response-not-replayable and the handler never runs twice), as one

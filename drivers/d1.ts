@@ -14,7 +14,8 @@
  */
 import type { IdempotencyStore } from '../src/store.js';
 import type { StatsGroup } from '../src/maintenance.js';
-import { fitsInRow, isD1Database, isDurableObjectNamespace, refuseKv, within, type D1DatabaseLike, type D1StatementLike } from './cloudflare-bindings.js';
+import { fitsInRow, isD1Database, isDurableObjectNamespace, refuseKv, type D1DatabaseLike, type D1StatementLike } from './cloudflare-bindings.js';
+import { withTimeout } from '../src/timers.js';
 import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
 
 export interface D1StoreOptions {
@@ -55,8 +56,11 @@ const NOW = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`;
 /** Whether a D1 error says the table does not exist yet. */
 const missingTable = (error: unknown): boolean => /no such table/i.test(String((error as Error | null)?.message ?? error));
 
-/** The body as D1 binds a BLOB (an ArrayBuffer); the Buffer the shared shape passes is a view. */
-const blob = (body: Uint8Array | null): ArrayBuffer | null => (body === null ? null : body.slice().buffer);
+/**
+ * The body as D1 binds a BLOB: an ArrayBuffer of exactly its bytes. The shared shape passes
+ * a Buffer over part of a larger buffer (whose own `slice` is no copy): copied out.
+ */
+const blob = (body: Uint8Array | null): ArrayBuffer | null => (body === null ? null : new Uint8Array(body).buffer);
 
 /** Create a D1 store. */
 export function d1Store(options: D1StoreOptions): IdempotencyStore {
@@ -112,15 +116,15 @@ RETURNING ${COLUMNS}`;
 
   const statement = (sql: string, ...values: unknown[]): D1StatementLike => database.prepare(sql).bind(...values);
   const message = `idempotency-kit: D1 did not answer within ${timeoutMs} ms`;
-  const createTable = () => within(database.batch(SCHEMA.map((sql) => database.prepare(sql)) as never[]), timeoutMs, message);
+  const createTable = () => withTimeout(database.batch(SCHEMA.map((sql) => database.prepare(sql)) as never[]), timeoutMs, message);
   /** Run `work` within the time bound; a missing table is created once and the work run again. */
   const run = async <T>(work: () => Promise<T>): Promise<T> => {
     try {
-      return await within(work(), timeoutMs, message);
+      return await withTimeout(work(), timeoutMs, message);
     } catch (error) {
       if (!missingTable(error)) throw error;
       await createTable();
-      return within(work(), timeoutMs, message);
+      return withTimeout(work(), timeoutMs, message);
     }
   };
   const rows = async (sql: string, ...values: unknown[]) => ((await run(() => statement(sql, ...values).all())).results ?? []) as SqlRow[];

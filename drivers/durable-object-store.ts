@@ -9,7 +9,8 @@
 import type { ClaimRequest, ClaimResult, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, StoredResponse } from '../src/store.js';
 import { statsFromGroups, type StatsGroup } from '../src/maintenance.js';
 import { assertInteger } from '../src/validate.js';
-import { isD1Database, isDurableObjectNamespace, refuseKv, within, type DurableObjectNamespaceLike } from './cloudflare-bindings.js';
+import { isD1Database, isDurableObjectNamespace, refuseKv, type DurableObjectNamespaceLike } from './cloudflare-bindings.js';
+import { withTimeout } from '../src/timers.js';
 import { sqlKey } from './utils.js';
 
 export interface DurableObjectStoreOptions {
@@ -112,7 +113,7 @@ export function durableObjectStore(options: DurableObjectStoreOptions): Idempote
   const call = <T>(index: number, method: (stub: ObjectStub) => Promise<T>, again: boolean): Promise<T> => {
     if (closed) return Promise.reject(new Error('idempotency-kit: the Durable Objects store is closed'));
     const attempt = () => method(stubAt(index));
-    return within(again ? attempt().catch((error: unknown) => (retryable(error) ? attempt() : Promise.reject(error))) : attempt(), timeoutMs, message);
+    return withTimeout(again ? attempt().catch((error: unknown) => (retryable(error) ? attempt() : Promise.reject(error))) : attempt(), timeoutMs, message);
   };
   /** Calls on `key`: its stored form and its object. */
   const on = <T>(key: string, method: (stub: ObjectStub, stored: string) => Promise<T>, again: boolean): Promise<T> => {

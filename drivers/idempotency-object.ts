@@ -64,11 +64,11 @@ function recordOf(row: Record<string, SqlValue>): IdempotencyRecord {
   });
 }
 
-/** SQL binds a BLOB from an ArrayBuffer: the body's own when the view covers all of it, else a copy. */
+/** SQL binds a BLOB from an ArrayBuffer: the body's own when the view covers all of it, else a copy of its bytes. */
 function blob(body: Uint8Array | null): ArrayBuffer | null {
   if (body === null) return null;
   const { buffer, byteOffset, byteLength } = body;
-  return byteOffset === 0 && byteLength === buffer.byteLength && buffer instanceof ArrayBuffer ? buffer : body.slice().buffer;
+  return byteOffset === 0 && byteLength === buffer.byteLength && buffer instanceof ArrayBuffer ? buffer : new Uint8Array(body).buffer;
 }
 
 function checkKey(key: unknown): asserts key is string {
