@@ -47,7 +47,7 @@ export function conformanceOnWorkerd(adapter: Extract<AdapterName, 'fetch' | 'ho
       workerd = await startHarness(scratch.dir);
     }, 60_000);
     afterAll(async () => {
-      if (process.env.SHOW_WORKERD) console.log(workerd?.output());
+      if (process.env.SHOW_WORKERD) console.log(workerd?.output()); // the runtime's own log, to debug a failure
       await workerd?.stop();
       scratch.remove();
     });

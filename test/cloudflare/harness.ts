@@ -17,7 +17,10 @@ import { createStore } from '../../drivers/create-store.js';
 import { d1Store } from '../../drivers/d1.js';
 import { durableObjectStore, IdempotencyObject } from '../../drivers/durable-objects.js';
 import type { D1DatabaseLike, DurableObjectNamespaceLike } from '../../drivers/cloudflare-bindings.js';
+import { Hono } from 'hono';
+import { stream as honoStream } from 'hono/streaming';
 import { withIdempotency } from '../../adapters/fetch.js';
+import { idempotency as honoIdempotency } from '../../adapters/hono.js';
 import type { IdempotencyEvent } from '../../src/engine.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { countingStore, hangingStore, type StoreMethod } from '../adapters/store-wrappers.js';
@@ -190,7 +193,11 @@ function startScenarioApp(spec: { adapter: 'fetch' | 'hono'; store: string; opti
 let executions = 0;
 const edgeHandlers = new Map<string, (request: Request, env: Env, ctx: Context) => Promise<Response>>();
 
-/** An order endpoint as an application writes it: the handler takes 150 ms, counts its runs. */
+/**
+ * An order endpoint as an application writes it: the handler takes 150 ms and counts its
+ * runs; `/stream` answers in chunks over 600 ms. `store=hanging`: a store that never
+ * answers, with a 300 ms store timeout.
+ */
 function edgeHandler(kind: string, env: Env) {
   let handler = edgeHandlers.get(kind);
   if (!handler) {
@@ -198,14 +205,52 @@ function edgeHandler(kind: string, env: Env) {
       async (request) => {
         const n = ++executions;
         const body = (await request.json()) as Record<string, unknown>;
+        if (new URL(request.url).pathname === '/stream') {
+          const encoder = new TextEncoder();
+          let part = 0;
+          const stream = new ReadableStream<Uint8Array>({
+            async pull(controller) {
+              await new Promise((resolve) => setTimeout(resolve, 150));
+              if (++part > 4) controller.close();
+              else controller.enqueue(encoder.encode(`part ${part} of run ${n};`));
+            },
+          });
+          return new Response(stream, { status: 201, headers: { 'content-type': 'text/plain' } });
+        }
         await new Promise((resolve) => setTimeout(resolve, 150));
         return Response.json({ order: crypto.randomUUID(), n, ...body }, { status: 201, headers: { location: `/orders/${n}` } });
       },
-      { store: storeFor(kind, env), scope: (request) => request.headers.get('x-account') ?? 'public', leaseMs: 5000, wait: 8000 },
+      {
+        store: kind === 'hanging' ? hangingStore() : storeFor(kind, env),
+        scope: (request) => request.headers.get('x-account') ?? 'public',
+        leaseMs: 5000,
+        wait: 8000,
+        ...(kind === 'hanging' ? { storeTimeoutMs: 300 } : {}),
+      },
     );
     edgeHandlers.set(kind, handler);
   }
   return handler;
+}
+
+/** The same streamed route as a Hono app writes it (`/hono/stream`). */
+let honoEdge: Hono | undefined;
+function honoEdgeApp(env: Env): Hono {
+  if (honoEdge) return honoEdge;
+  const app = new Hono();
+  app.use(honoIdempotency({ store: storeFor('do', env), scope: 'shared', leaseMs: 5000, wait: 8000 }));
+  app.post('/hono/stream', (c) => {
+    const n = ++executions;
+    c.header('content-type', 'text/plain');
+    c.status(201);
+    return honoStream(c, async (out) => {
+      for (let part = 1; part <= 4; part++) {
+        await out.sleep(150);
+        await out.write(`part ${part} of run ${n};`);
+      }
+    });
+  });
+  return (honoEdge = app);
 }
 
 // ------------------------------------------------------------------ routing
@@ -258,6 +303,7 @@ export default {
     if (role === 'edge') {
       const url = new URL(request.url);
       if (url.pathname === '/count') return Response.json({ executions });
+      if (url.pathname.startsWith('/hono/')) return honoEdgeApp(env).fetch(request, env, ctx as never);
       return edgeHandler(url.searchParams.get('store') ?? 'do', env)(request, env, ctx);
     }
     return new Response(`no role ${String(role)}`, { status: 500 });
