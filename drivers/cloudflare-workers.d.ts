@@ -4,6 +4,8 @@
  * clash with Node's). In a Worker project the real declarations take its place.
  */
 declare module 'cloudflare:workers' {
+  /** The Worker's bindings, as the module loads (the example Worker uses it). */
+  export const env: Record<string, unknown>;
   export abstract class DurableObject<Env = unknown> {
     protected ctx: unknown;
     protected env: Env;

@@ -4,6 +4,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 const pkg = JSON.parse(readFileSync('package.json', 'utf8')) as {
@@ -28,6 +29,8 @@ const expected: Record<string, string[]> = {
   './drivers/postgres': ['postgresStore'],
   './drivers/sqlite': ['sqliteStore'],
   './drivers/mysql': ['mysqlStore'],
+  './drivers/d1': ['d1Store'],
+  './drivers/durable-objects': ['durableObjectStore', 'IdempotencyObject'],
   './testing': ['storeContract'],
   './client': ['createIdempotentFetch', 'IdempotentRequestError', 'isIdempotentRequestError'],
   './client/got': ['idempotentGot'],
@@ -65,7 +68,28 @@ describe('package exports', () => {
     expect(keys('./node')).toEqual(['withIdempotency']);
   });
 
-  for (const [sub, names] of Object.entries(expected)) {
+  // The Durable Object class extends workerd's own `cloudflare:workers` module, which only
+  // workerd has: that entry is loaded there instead (test/cloudflare/example.test.ts bundles
+  // the example Worker against dist/ and runs it).
+  const WORKERD_ONLY = new Set(['./drivers/durable-objects']);
+  it('the Workers entries import, besides their own files, only cloudflare:workers and what nodejs_compat provides', () => {
+    const outside = new Set<string>();
+    const seen = new Set<string>();
+    const visit = (file: string) => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      for (const [, specifier] of readFileSync(file, 'utf8').matchAll(/(?:from|import)\s*['"]([^'"]+)['"]/g)) {
+        if (specifier!.startsWith('.')) visit(join(file, '..', specifier!));
+        else outside.add(specifier!);
+      }
+    };
+    visit('dist/drivers/durable-objects.js');
+    expect(outside.has('cloudflare:workers')).toBe(true);
+    visit('dist/drivers/d1.js');
+    expect([...outside].filter((s) => !['cloudflare:workers', 'node:crypto', 'node:module'].includes(s))).toEqual([]);
+  });
+
+  for (const [sub, names] of Object.entries(expected).filter(([sub]) => !WORKERD_ONLY.has(sub))) {
     it(`${sub} resolves with import and with require`, () => {
       const esm = JSON.parse(node(['--input-type=module', '-e', `const m = await import(${JSON.stringify(specifier(sub))}); console.log(JSON.stringify(Object.keys(m)))`]));
       const cjs = JSON.parse(node(['-e', `console.log(JSON.stringify(Object.keys(require(${JSON.stringify(specifier(sub))}))))`]));
@@ -107,7 +131,7 @@ describe('package exports', () => {
       vitest: '/node_modules/vitest/',
     };
     const uses = (files: string[], client: string) => files.some((f) => f.includes(client));
-    for (const sub of ['.', './node', './express', './fastify', './koa', './fetch', './hono', './drivers/memory', './drivers/mysql', './testing', './client', './client/got', './client/ky']) {
+    for (const sub of ['.', './node', './express', './fastify', './koa', './fetch', './hono', './drivers/memory', './drivers/mysql', './drivers/d1', './testing', './client', './client/got', './client/ky']) {
       const files = loaded(sub);
       for (const client of Object.values(clients)) expect(uses(files, client), `${sub} loads ${client}`).toBe(false);
     }

@@ -72,7 +72,7 @@ export async function bundleWorker(entry: string, outfile: string, modules: Reco
   const generated: Plugin = {
     name: 'generated-modules',
     setup(context) {
-      const filter = new RegExp(`^(${Object.keys(modules).map((m) => m.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|') || '(?!)'})$`);
+      const filter = new RegExp(`^(${Object.keys(modules).map((m) => m.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|')})$`);
       context.onResolve({ filter }, (args) => ({ path: args.path, namespace: 'generated' }));
       context.onLoad({ filter: /.*/, namespace: 'generated' }, (args) => ({ contents: modules[args.path], loader: 'js' }));
     },
@@ -87,7 +87,7 @@ export async function bundleWorker(entry: string, outfile: string, modules: Reco
     conditions: ['workerd', 'worker', 'browser'],
     mainFields: ['browser', 'module', 'main'],
     external: ['cloudflare:*', 'node:*'],
-    plugins: [generated, nodeBuiltins],
+    plugins: Object.keys(modules).length > 0 ? [generated, nodeBuiltins] : [nodeBuiltins],
     logLevel: 'error',
   });
 }
