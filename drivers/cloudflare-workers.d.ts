@@ -1,7 +1,7 @@
 /**
  * The part of workerd's built-in `cloudflare:workers` module that the Durable Object class
- * uses, for compiling this package without `@cloudflare/workers-types` (whose globals
- * clash with Node's). In a Worker project the real declarations take its place.
+ * and the example Worker use, for compiling this package without `@cloudflare/workers-types`
+ * (whose globals clash with Node's). In a Worker project the real declarations take its place.
  */
 declare module 'cloudflare:workers' {
   /** The Worker's bindings, as the module loads (the example Worker uses it). */
