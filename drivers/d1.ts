@@ -17,6 +17,7 @@ import type { StatsGroup } from '../src/maintenance.js';
 import { fitsInRow, isD1Database, isDurableObjectNamespace, refuseKv, type D1DatabaseLike, type D1StatementLike } from './cloudflare-bindings.js';
 import { withTimeout } from '../src/timers.js';
 import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
+import { sqliteRecordsSchema } from './utils.js';
 
 export interface D1StoreOptions {
   /** The D1 database binding (`env.DB` with `[[d1_databases]] binding = "DB"`). */
@@ -79,20 +80,7 @@ export function d1Store(options: D1StoreOptions): IdempotencyStore {
   const { table, timeoutMs, sweepIntervalMs, sweepBatchSize } = checkSqlOptions({ sweepBatchSize: 100, ...options }, false);
 
   const quoted = `"${table}"`;
-  const SCHEMA = [
-    `CREATE TABLE IF NOT EXISTS ${quoted} (
-      key TEXT PRIMARY KEY,
-      state TEXT NOT NULL CHECK (state IN ('processing', 'completed')),
-      fingerprint TEXT NOT NULL,
-      token TEXT NOT NULL,
-      created_at INTEGER NOT NULL,
-      expires_at INTEGER NOT NULL,
-      status INTEGER,
-      headers TEXT,
-      body BLOB
-    ) WITHOUT ROWID`,
-    `CREATE INDEX IF NOT EXISTS "${table}_expires_at_idx" ON ${quoted} (expires_at)`,
-  ];
+  const SCHEMA = sqliteRecordsSchema(table);
   const COLUMNS = 'state, fingerprint, token, created_at, expires_at, status, headers, body';
   // Insert, or take over a row whose time is up; a live row is left as it is and the
   // statement returns nothing. (An INSERT OR IGNORE would be refused by the primary key

@@ -15,6 +15,7 @@ import { DurableObject } from 'cloudflare:workers';
 import { recordFromRow, type ClaimRequest, type ClaimResult, type IdempotencyRecord, type StoredResponse } from '../src/store.js';
 import type { StatsGroup } from '../src/maintenance.js';
 import { fitsInRow } from './cloudflare-bindings.js';
+import { sqliteRecordsSchema } from './utils.js';
 
 type SqlValue = ArrayBuffer | string | number | null;
 
@@ -32,18 +33,7 @@ export interface IdempotencyObjectState {
 }
 
 const TABLE = 'idempotency_kit_records';
-const SCHEMA = `CREATE TABLE IF NOT EXISTS ${TABLE} (
-  key TEXT PRIMARY KEY,
-  state TEXT NOT NULL CHECK (state IN ('processing', 'completed')),
-  fingerprint TEXT NOT NULL,
-  token TEXT NOT NULL,
-  created_at INTEGER NOT NULL,
-  expires_at INTEGER NOT NULL,
-  status INTEGER,
-  headers TEXT,
-  body BLOB
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ${TABLE}_expires_at ON ${TABLE} (expires_at);`;
+const SCHEMA = sqliteRecordsSchema(TABLE);
 const COLUMNS = 'state, fingerprint, token, created_at, expires_at, status, headers, body';
 const OWNED = `key = ? AND token = ? AND state = 'processing' AND expires_at > ?`;
 /** Rows one alarm deletes per statement, and statements per run (the rest waits for the next run, a second later). */
@@ -111,7 +101,7 @@ export class IdempotencyObject extends DurableObject {
     this.#storage = ctx.storage;
     void ctx.blockConcurrencyWhile(async () => {
       try {
-        this.#storage.sql.exec(SCHEMA);
+        for (const statement of SCHEMA) this.#storage.sql.exec(statement);
       } catch (error) {
         throw new Error(
           'idempotency-kit: IdempotencyObject needs SQLite storage: declare the class under `new_sqlite_classes` in a ' +
