@@ -45,8 +45,8 @@ export function assertTableName(option: string, value: unknown, qualified: boole
 }
 
 /**
- * The records table of the SQLite-dialect stores that run on Cloudflare (D1, the Durable
- * Object's own database): one row per record, the key as primary key, an index on the end
+ * The records table of the SQLite-dialect stores (SQLite, D1, the Durable Object's own
+ * database): one row per record, the key as primary key, an index on the end
  * time for the sweep. `table`: an SQL identifier (checked by the caller).
  */
 export function sqliteRecordsSchema(table: string): string[] {
