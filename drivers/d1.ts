@@ -13,10 +13,9 @@
  * const store = createStore(env.DB); // or d1Store({ database: env.DB, table: 'idempotency_kit_records' })
  */
 import type { IdempotencyStore } from '../src/store.js';
-import type { StatsGroup } from '../src/maintenance.js';
 import { fitsInRow, isD1Database, isDurableObjectNamespace, refuseKv, type D1DatabaseLike, type D1StatementLike } from './cloudflare-bindings.js';
 import { withTimeout } from '../src/timers.js';
-import { checkSqlOptions, sqlStore, type SqlRow } from './sql-store.js';
+import { checkSqlOptions, sqlStore, type SqlRow, type StatsGroup } from './sql-store.js';
 import { sqliteRecordsSchema } from './utils.js';
 
 export interface D1StoreOptions {

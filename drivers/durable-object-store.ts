@@ -7,10 +7,10 @@
  * @module
  */
 import type { ClaimRequest, ClaimResult, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, StoredResponse } from '../src/store.js';
-import { statsFromGroups, type StatsGroup } from '../src/maintenance.js';
 import { assertInteger } from '../src/validate.js';
 import { isD1Database, isDurableObjectNamespace, refuseKv, type DurableObjectNamespaceLike } from './cloudflare-bindings.js';
 import { withTimeout } from '../src/timers.js';
+import { statsFromGroups, type StatsGroup } from './sql-store.js';
 import { sqlKey } from './utils.js';
 
 export interface DurableObjectStoreOptions {

@@ -12,9 +12,9 @@
  * @module
  */
 import { DurableObject } from 'cloudflare:workers';
-import { recordFromRow, type ClaimRequest, type ClaimResult, type IdempotencyRecord, type StoredResponse } from '../src/store.js';
-import type { StatsGroup } from '../src/maintenance.js';
+import type { ClaimRequest, ClaimResult, IdempotencyRecord, StoredResponse } from '../src/store.js';
 import { fitsInRow } from './cloudflare-bindings.js';
+import { recordFromRow, type StatsGroup } from './sql-store.js';
 import { sqliteRecordsSchema } from './utils.js';
 
 type SqlValue = ArrayBuffer | string | number | null;

@@ -1,15 +1,15 @@
 /**
- * The HTTP conformance table (test/adapters/conformance.ts) with each scenario's app, the
+ * The HTTP conformance table (test/suites/http-conformance.suite.ts) with each scenario's app, the
  * fetch adapter's or Hono's, running inside workerd on a Workers store: the harness builds
  * the app from the scenario's options (its function options are compiled into the bundle,
  * as no code can be sent to a Worker at run time), serves it on the `app` socket, and
  * reports what its handlers, store and events saw after every reply.
  */
 import { afterAll, beforeAll, describe } from 'vitest';
-import { runScenarios, scenarios, type HostedApp, type ScenarioHost } from '../adapters/conformance.js';
+import { runScenarios, scenarios, type HostedApp, type ScenarioHost } from '../suites/http-conformance.suite.js';
 import { Calls } from '../adapters/web-apps.js';
 import type { AdapterName } from '../adapters/apps.js';
-import type { IdempotencyEvent } from '../../src/engine.js';
+import type { IdempotencyEvent } from '../../src/events.js';
 import { buildHarness, startHarness } from './harness-runtime.js';
 import { scratchDir, workerdAvailable, type Workerd } from './workerd.js';
 import { fromWire } from './wire.js';

@@ -21,7 +21,7 @@ import { Hono } from 'hono';
 import { stream as honoStream } from 'hono/streaming';
 import { withIdempotency } from '../../adapters/fetch.js';
 import { idempotency as honoIdempotency } from '../../adapters/hono.js';
-import type { IdempotencyEvent } from '../../src/engine.js';
+import type { IdempotencyEvent } from '../../src/events.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { countingStore, hangingStore, type StoreMethod } from '../adapters/store-wrappers.js';
 import { Calls, fetchWebApp, honoWebApp, type WebAppOptions } from '../adapters/web-apps.js';

@@ -1,13 +1,13 @@
 /**
  * The Durable Objects and D1 stores on the real workerd runtime: the exported store
- * contract (`idempotency-kit/testing`) runs here, each store call going to the driver
+ * contract (`idempotency-kit/testing`, through test/suites/store.suite.ts) runs here, each store call going to the driver
  * inside workerd through the harness Worker (./harness.ts); then what only these stores
  * have (sharding, the alarm, an expired D1 row taken over, KV refused, size limits).
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { storeContract } from '../../testing/store-contract.js';
-import { storeMaintenanceContract } from '../helpers/store-maintenance-contract.js';
+import { storeMaintenanceSuite } from '../suites/store-maintenance.suite.js';
+import { storeSuite } from '../suites/store.suite.js';
 import { buildHarness, callHarness, startHarness, storeInWorkerd } from './harness-runtime.js';
 import { scratchDir, workerdAvailable, type Workerd } from './workerd.js';
 
@@ -26,7 +26,6 @@ afterAll(async () => {
   scratch.remove();
 });
 
-const runner = { describe, it, expect, beforeAll, afterAll };
 const target = (kind: string, name: string) =>
   run
     ? {
@@ -35,14 +34,14 @@ const target = (kind: string, name: string) =>
       }
     : undefined;
 
-storeContract('Durable Objects on workerd', target('do', 'durable-objects'), runner);
-storeContract('D1 on workerd', target('d1', 'd1'), runner);
+storeSuite('Durable Objects on workerd', target('do', 'durable-objects'));
+storeSuite('D1 on workerd', target('d1', 'd1'));
 
-storeMaintenanceContract(
+storeMaintenanceSuite(
   'Durable Objects on workerd',
   run ? { create: async () => storeInWorkerd(runtime, `manual:maint-${randomUUID()}`, 'durable-objects') } : undefined,
 );
-storeMaintenanceContract(
+storeMaintenanceSuite(
   'D1 on workerd',
   run ? { create: async () => storeInWorkerd(runtime, `d1:m_${randomUUID().replaceAll('-', '').slice(0, 16)}:0`, 'd1'), batched: true } : undefined,
 );
