@@ -24,6 +24,8 @@ export const entries = {
   './drivers/postgres': 'drivers/postgres.ts',
   './drivers/sqlite': 'drivers/sqlite.ts',
   './drivers/mysql': 'drivers/mysql.ts',
+  './drivers/durable-objects': 'drivers/durable-objects.ts',
+  './drivers/d1': 'drivers/d1.ts',
   './testing': 'testing/store-contract.ts',
   './client': 'client/index.ts',
   './client/got': 'client/got.ts',
@@ -35,6 +37,13 @@ export const entries = {
 } as const satisfies Record<'.' | `./${string}`, `${string}.ts`>;
 
 export type Subpath = keyof typeof entries;
+
+/**
+ * Entries whose modules load only inside workerd: they import its built-in
+ * `cloudflare:workers` module, which Node does not have. Node-side tests skip loading them
+ * (their types are still checked); test/cloudflare runs them in workerd.
+ */
+export const workerdOnly: ReadonlySet<Subpath> = new Set<Subpath>(['./drivers/durable-objects']);
 
 export const subpaths = Object.keys(entries) as Subpath[];
 

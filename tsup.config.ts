@@ -19,4 +19,6 @@ export default defineConfig({
   // Keep `node:crypto` as written: Deno resolves Node built-ins only with the prefix.
   removeNodeProtocol: false,
   treeshake: true,
+  // workerd's own module, imported by the Durable Object class (Workers only).
+  external: ['cloudflare:workers'],
 });

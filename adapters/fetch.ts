@@ -15,7 +15,15 @@
  * );
  */
 import { Idempotency, type IdempotencyOptions } from '../src/http.js';
-import { abandonOnAbort, readRequestBody, recordResponse, requestInfo, toResponse } from './internal/web-io.js';
+import {
+  abandonOnAbort,
+  keepAliveUntilSettled,
+  platformWaitUntil,
+  readRequestBody,
+  recordResponse,
+  requestInfo,
+  toResponse,
+} from './internal/web-io.js';
 
 /**
  * Every option of the HTTP layer; `scope` and `fingerprint` receive the `Request`. `scope`
@@ -52,7 +60,9 @@ export function withIdempotency<Req extends Request = Request, Rest extends unkn
     const decision = await layer.begin(requestInfo(request, layer, request, () => readRequestBody(request, layer.maxBodyBytes)));
     if (decision.type === 'respond') return toResponse(decision.response);
     if (decision.type === 'pass') return handler(request, ...rest);
-    const { claim } = decision;
+    // Where the platform passes a context with `waitUntil` (a Worker's ctx), the claim keeps
+    // the invocation alive until it settles, whenever the client leaves.
+    const claim = keepAliveUntilSettled(decision.claim, platformWaitUntil(rest));
     const { signal } = request;
     abandonOnAbort(signal, claim);
     let response: Response;

@@ -17,7 +17,16 @@
 import type { Context, Env, MiddlewareHandler } from 'hono';
 import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import { lendBody } from './internal/hono-request.js';
-import { abandonOnAbort, assertDeclaredLength, consumeBody, recordResponse, requestInfo, toResponse } from './internal/web-io.js';
+import {
+  abandonOnAbort,
+  assertDeclaredLength,
+  consumeBody,
+  keepAliveUntilSettled,
+  recordResponse,
+  requestInfo,
+  toResponse,
+  type WaitUntil,
+} from './internal/web-io.js';
 
 /** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
 export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;
@@ -70,6 +79,20 @@ function clientGone(c: Context, request: Request, claim: HttpClaim): { readonly 
 }
 
 /**
+ * The `waitUntil` of the runtime's execution context (Cloudflare Workers, Deno Deploy…).
+ * Not asked on @hono/node-server, which has none: Hono's getter throws without one.
+ */
+function waitUntilOf(c: Context): WaitUntil | undefined {
+  if ((c.env as { outgoing?: unknown } | undefined)?.outgoing !== undefined) return undefined;
+  try {
+    const ctx = c.executionCtx as { waitUntil?: unknown };
+    return typeof ctx.waitUntil === 'function' ? (promise) => (ctx.waitUntil as WaitUntil).call(ctx, promise) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * Protect the handlers after it. Place it after authentication (the key space is the
  * authenticated principal's unless `scope` says otherwise) and before the handlers; a
  * validator before it is fine too (the layer then fingerprints the body Hono kept). Errors
@@ -97,7 +120,8 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
     if (consumed !== undefined && decision.type !== 'respond') lendBody(c.req, request, consumed);
     if (decision.type === 'respond') return toResponse(decision.response);
     if (decision.type === 'pass') return next();
-    const { claim } = decision;
+    // On Workers the claim keeps the invocation alive until it settles, whenever the client leaves.
+    const claim = keepAliveUntilSettled(decision.claim, waitUntilOf(c));
     const signal = clientGone(c, request, claim);
     try {
       await next();

@@ -8,7 +8,8 @@
  */
 import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, SettleListener, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
-import { DRIVERS, driverForAdapter, driverForScheme, type RegisteredDriver } from './registry.js';
+import { refuseKv } from './cloudflare-bindings.js';
+import { DRIVERS, driverForAdapter, driverForBinding, driverForScheme, type RegisteredDriver } from './registry.js';
 import { assertTableName, isModuleNotFound, missingPackages, redactUrl } from './utils.js';
 
 export interface CreateStoreOptions {
@@ -25,6 +26,7 @@ export interface CreateStoreOptions {
   timeoutMs?: number;
   /**
    * SQLite, PostgreSQL and MySQL: how often expired rows are swept, in ms; 0 disables.
+   * D1: how often a claim also deletes a batch of expired rows (per isolate).
    * @default 60000
    */
   sweepIntervalMs?: number;
@@ -42,10 +44,12 @@ export const SUPPORTED_SCHEMES: readonly string[] = DRIVERS.flatMap((driver) => 
 function unsupported(target: string, why: string): TypeError {
   const forms = DRIVERS.flatMap((driver) => driver.forms);
   const adapters = DRIVERS.flatMap((driver) => (driver.adapter ? [driver.adapter.pkg] : []));
+  const bindings = DRIVERS.flatMap((driver) => (driver.binding ? [driver.binding.kind] : []));
   return new TypeError(
     `idempotency-kit: cannot create a store from ${target}: ${why}. ` +
       `Supported: a URL (${forms.join(', ')}); a Keyv instance over ${adapters.slice(0, -1).join(', ')} or ${adapters.at(-1)}; ` +
-      'one of those adapters (new KeyvRedis(url), …); or an empty Map (in-process memory)',
+      'one of those adapters (new KeyvRedis(url), …); ' +
+      `on Cloudflare Workers, a binding (${bindings.join(' or ')}); or an empty Map (in-process memory)`,
   );
 }
 
@@ -164,7 +168,8 @@ function driverStore(driver: RegisteredDriver, source: { url: string } | { adapt
 /**
  * Create a store from a URL (`sqlite://…`, `redis://…`, `postgres://…`, `mysql://…`,
  * `memory://`), a Keyv instance, a `@keyv/redis` / `@keyv/postgres` / `@keyv/sqlite` /
- * `@keyv/mysql` adapter, or an empty Map. Anything else throws a TypeError listing what is supported; there is never a
+ * `@keyv/mysql` adapter, a Cloudflare binding (a Durable Object namespace bound to
+ * `IdempotencyObject`, a D1 database; a Workers KV namespace is refused), or an empty Map. Anything else throws a TypeError listing what is supported; there is never a
  * silent fallback to memory.
  */
 export function createStore(target: StoreTarget, options: CreateStoreOptions = {}): IdempotencyStore {
@@ -180,6 +185,13 @@ export function createStore(target: StoreTarget, options: CreateStoreOptions = {
     if (target.size > 0) throw unsupported('a Map', 'the Map is not empty (the memory store needs a Map of its own)');
     const map = target as Map<string, IdempotencyRecord>;
     return lazyStore(memory, { map });
+  }
+  // Workers bindings are recognised by their methods; a KV namespace is refused with why.
+  refuseKv(target, 'createStore()');
+  const bound = driverForBinding(target);
+  if (bound) {
+    if (options.namespace !== undefined && bound.namespace === 'table') assertTableName(`\`namespace\` (the ${bound.name} table name)`, options.namespace, false);
+    return lazyStore(bound, { ...bound.options?.(options), [bound.binding!.option]: target });
   }
   const direct = driverForAdapter(target);
   if (direct) return driverStore(direct, { adapter: target }, options);

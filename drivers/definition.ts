@@ -40,6 +40,11 @@ export interface DriverDefinition {
     construct: string;
     is(value: unknown): boolean;
   };
+  /**
+   * A platform binding the driver takes instead of a URL (a Cloudflare Durable Object
+   * namespace, a D1 database), recognised by shape; `option` is the driver option it goes in.
+   */
+  binding?: { kind: string; option: string; is(value: unknown): boolean };
   /** What `namespace` means for this driver: a key prefix, a table, or a table that may be schema-qualified. */
   namespace?: 'prefix' | 'table' | 'qualified-table';
   /** A problem with `url` (whose scheme is one of `schemes`), if any. */

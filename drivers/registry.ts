@@ -8,7 +8,9 @@
  * @module
  */
 import type { IdempotencyStore } from '../src/store.js';
+import { d1Driver } from './d1-definition.js';
 import type { DriverDefinition } from './definition.js';
+import { durableObjectsDriver } from './durable-objects-definition.js';
 import { memoryDriver } from './memory-definition.js';
 import { mysqlDriver } from './mysql-definition.js';
 import { postgresDriver } from './postgres-definition.js';
@@ -36,12 +38,19 @@ export const DRIVERS: readonly RegisteredDriver[] = [
   registered(redisDriver, async () => (await import('./redis.js')).redisStore),
   registered(postgresDriver, async () => (await import('./postgres.js')).postgresStore),
   registered(mysqlDriver, async () => (await import('./mysql.js')).mysqlStore),
+  registered(durableObjectsDriver, async () => (await import('./durable-object-store.js')).durableObjectStore),
+  registered(d1Driver, async () => (await import('./d1.js')).d1Store),
 ];
 
 /** The driver serving a URL scheme (without the colon, any case). */
 export function driverForScheme(scheme: string): RegisteredDriver | undefined {
   const lower = scheme.toLowerCase();
   return DRIVERS.find((driver) => driver.schemes.includes(lower));
+}
+
+/** The driver that takes `value` as its binding (a Cloudflare Durable Object namespace, a D1 database). */
+export function driverForBinding(value: unknown): RegisteredDriver | undefined {
+  return DRIVERS.find((driver) => driver.binding?.is(value));
 }
 
 /** The driver whose Keyv adapter `value` is. */

@@ -35,8 +35,8 @@ export interface SqlRecordRow {
   body: Uint8Array | null;
 }
 
-/** The record behind a row of the SQL drivers' table. */
-function recordFromRow(row: SqlRecordRow): IdempotencyRecord {
+/** The record behind a row of the SQL drivers' table (the Durable Object's own table too). */
+export function recordFromRow(row: SqlRecordRow): IdempotencyRecord {
   const base = { fingerprint: row.fingerprint, token: row.token, createdAt: Number(row.created_at) };
   if (row.state === 'processing') return { state: 'processing', ...base, leaseUntil: Number(row.expires_at) };
   return {
@@ -109,8 +109,8 @@ export interface StatsGroup {
   oldest: number | string | null;
 }
 
-/** Fold a dialect's grouped counts into {@link StoreStats}. */
-function statsFromGroups(groups: StatsGroup[], options: MaintenanceOptions = {}): StoreStats {
+/** Fold grouped counts (a dialect's, or every Durable Object's) into {@link StoreStats}. */
+export function statsFromGroups(groups: StatsGroup[], options: MaintenanceOptions = {}): StoreStats {
   const stats: StoreStats = { processing: 0, completed: 0, expired: 0, oldestExpiresAt: undefined };
   for (const group of groups) {
     if (group.state === 'processing' || group.state === 'completed' || group.state === 'expired') stats[group.state] += Number(group.n);

@@ -20,7 +20,7 @@ import type { IdempotencyStore } from '../src/store.js';
 import { assertDriverUrl } from './definition.js';
 import { sqliteDriver } from './sqlite-definition.js';
 import { checkSqlOptions, sqlStore, type SqlRow, type StatsGroup } from './sql-store.js';
-import { adapterFrom, assertOneSource } from './utils.js';
+import { adapterFrom, assertOneSource, sqliteRecordsSchema } from './utils.js';
 
 export interface SqliteStoreOptions {
   /**
@@ -111,20 +111,7 @@ export function sqliteStore(options: SqliteStoreOptions): IdempotencyStore {
 
   const quoted = `"${table}"`;
   const COLUMNS = 'state, fingerprint, token, created_at, expires_at, status, headers, body';
-  const SCHEMA = [
-    `CREATE TABLE IF NOT EXISTS ${quoted} (
-      key TEXT PRIMARY KEY,
-      state TEXT NOT NULL CHECK (state IN ('processing', 'completed')),
-      fingerprint TEXT NOT NULL,
-      token TEXT NOT NULL,
-      created_at INTEGER NOT NULL,
-      expires_at INTEGER NOT NULL,
-      status INTEGER,
-      headers TEXT,
-      body BLOB
-    ) WITHOUT ROWID`,
-    `CREATE INDEX IF NOT EXISTS "${table}_expires_at_idx" ON ${quoted} (expires_at)`,
-  ];
+  const SCHEMA = sqliteRecordsSchema(table);
   // Claims and completions take any number of rows: calls that arrive while one of these
   // statements runs go together in the next (one write lock, one commit); see `batched`.
   const rows = (n: number, row: string) => Array.from({ length: n }, () => row).join(', ');

@@ -44,6 +44,28 @@ export function assertTableName(option: string, value: unknown, qualified: boole
   }
 }
 
+/**
+ * The records table of the SQLite-dialect stores (SQLite, D1, the Durable Object's own
+ * database): one row per record, the key as primary key, an index on the end
+ * time for the sweep. `table`: an SQL identifier (checked by the caller).
+ */
+export function sqliteRecordsSchema(table: string): string[] {
+  return [
+    `CREATE TABLE IF NOT EXISTS "${table}" (
+      key TEXT PRIMARY KEY,
+      state TEXT NOT NULL CHECK (state IN ('processing', 'completed')),
+      fingerprint TEXT NOT NULL,
+      token TEXT NOT NULL,
+      created_at INTEGER NOT NULL,
+      expires_at INTEGER NOT NULL,
+      status INTEGER,
+      headers TEXT,
+      body BLOB
+    ) WITHOUT ROWID`,
+    `CREATE INDEX IF NOT EXISTS "${table}_expires_at_idx" ON "${table}" (expires_at)`,
+  ];
+}
+
 /** Whether a record is still in force at `now` (lease or replay window not ended). */
 export function isLive(record: IdempotencyRecord, now: number): boolean {
   return record.state === 'processing' ? record.leaseUntil > now : record.expiresAt > now;

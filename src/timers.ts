@@ -99,8 +99,25 @@ class DeadlineQueue {
 
 const queues = new Map<number, DeadlineQueue>();
 
+/**
+ * On Cloudflare Workers (workerd) a timer belongs to the request that set it and ends with
+ * it: a queue's timer armed by one request would be gone once that request answered, and
+ * the calls of later requests would have no bound (a hanging store hung the request until
+ * the runtime cancelled it). There each call has a timer of its own.
+ */
+const timerPerCall = (globalThis as { navigator?: { userAgent?: unknown } }).navigator?.userAgent === 'Cloudflare-Workers';
+
+function withOwnTimer<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(message)), ms);
+  });
+  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
+}
+
 /** Settle with `promise`, or reject with `message` after `ms` (nothing hangs). */
 export function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
+  if (timerPerCall) return withOwnTimer(promise, ms, message);
   let queue = queues.get(ms);
   if (queue === undefined) {
     queue = new DeadlineQueue(ms);

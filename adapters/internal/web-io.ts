@@ -328,6 +328,39 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
   return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), response);
 }
 
+/** A platform's `waitUntil` (Cloudflare Workers, Vercel and Netlify edge functions): keep the invocation alive for a promise. */
+export type WaitUntil = (promise: Promise<unknown>) => void;
+
+/**
+ * The `waitUntil` of the context a platform passes after the request (`fetch(request, env,
+ * ctx)` on Workers, `(request, context)` elsewhere), if one of the arguments has it.
+ */
+export function platformWaitUntil(args: readonly unknown[]): WaitUntil | undefined {
+  for (const arg of args) {
+    const waitUntil = (arg as { waitUntil?: unknown } | null)?.waitUntil;
+    if (typeof arg === 'object' && typeof waitUntil === 'function') return (promise) => waitUntil.call(arg, promise);
+  }
+  return undefined;
+}
+
+/**
+ * The claim, with the invocation kept alive (`waitUntil`) until it settles. On Workers a
+ * request's work is cancelled once its client is gone: a handler still running, or a
+ * response still being recorded, would leave the claim neither stored nor released, and
+ * the retry would wait out the lease and run the handler again.
+ */
+export function keepAliveUntilSettled(claim: HttpClaim, waitUntil: WaitUntil | undefined): HttpClaim {
+  if (waitUntil === undefined) return claim;
+  let done!: () => void;
+  waitUntil(new Promise<void>((resolve) => (done = resolve)));
+  return {
+    finish: (response) => claim.finish(response).finally(done),
+    fail: (error) => claim.fail(error).finally(done),
+    abandon: () => claim.abandon(),
+    maxResponseBytes: claim.maxResponseBytes,
+  };
+}
+
 /** Stop renewing the claim's lease once the client is gone (the handler may still finish). */
 export function abandonOnAbort(signal: AbortSignal | undefined, claim: HttpClaim): void {
   if (!signal) return;

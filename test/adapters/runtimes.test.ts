@@ -8,11 +8,12 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { importsFromDist } from '../helpers/package-imports.js';
+import { assertFreshBuild } from '../helpers/fresh-build.js';
 import { freePort, untilListening } from '../helpers/ports.js';
 import { expectProblem, send } from './client.js';
 
@@ -53,20 +54,6 @@ function available(name: string, binary: string | undefined): boolean {
   if (process.env.CI) throw new Error(`${message} (CI is set: the runtime tests must run)`);
   console.warn(`\n!!!!!!!! SKIPPING ${name.toUpperCase()} RUNTIME TESTS: ${message} !!!!!!!!\n`);
   return false;
-}
-
-/** dist/ is what a user's runtime loads: it must be built from the current sources. */
-function assertFreshBuild(): void {
-  const built = join(root, 'dist/adapters/fetch.js');
-  if (!existsSync(built)) throw new Error('dist/ is missing: run `npx tsup` (npm test builds it first)');
-  const builtAt = statSync(built).mtimeMs;
-  for (const dir of ['src', 'adapters', 'drivers']) {
-    for (const file of readdirSync(join(root, dir))) {
-      if (file.endsWith('.ts') && statSync(join(root, dir, file)).mtimeMs > builtAt) {
-        throw new Error(`dist/ is older than ${dir}/${file}: run \`npx tsup\` (npm test builds it first)`);
-      }
-    }
-  }
 }
 
 /** The ts block under `heading` in docs/adapters/fetch.md, importing the package from dist/ (as installed). */

@@ -12,10 +12,9 @@ import type { IdempotencyStore } from '../../src/store.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { startApp, type AdapterName, type AppOptions, type RunningApp } from '../adapters/apps.js';
 import { expectProblem, send, sendAndAbort, type Reply, type SendOptions } from '../adapters/client.js';
+import { countingStore, hangingStore, type StoreMethod } from '../adapters/store-wrappers.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-type StoreMethod = 'claim' | 'get' | 'complete' | 'release' | 'extend';
 
 export interface ScenarioContext {
   adapter: AdapterName;
@@ -643,35 +642,12 @@ export const scenarios: Scenario[] = [
 
 // ---------------------------------------------------------------------- runner
 
-function countingStore(store: IdempotencyStore, calls: Record<StoreMethod, number>): IdempotencyStore {
-  const count =
-    <A extends unknown[], R>(method: StoreMethod, fn: (...args: A) => Promise<R>) =>
-    (...args: A): Promise<R> => {
-      calls[method]++;
-      return fn(...args);
-    };
-  return {
-    name: store.name,
-    claim: count('claim', store.claim.bind(store)),
-    get: count('get', store.get.bind(store)),
-    complete: count('complete', store.complete.bind(store)),
-    release: count('release', store.release.bind(store)),
-    extend: count('extend', store.extend.bind(store)),
-    close: () => store.close(),
-  };
-}
-
 /** A store whose every call fails as a refused connection would (memory has no server to stop). */
 function refusingStore(): IdempotencyStore {
   const refuse = async (): Promise<never> => {
     throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' });
   };
   return { name: 'refusing', claim: refuse, get: refuse, complete: refuse, release: refuse, extend: refuse, close: async () => {} };
-}
-
-function hangingStore(): IdempotencyStore {
-  const hang = () => new Promise<never>(() => {});
-  return { name: 'hanging', claim: hang, get: hang, complete: hang, release: hang, extend: hang, close: async () => {} };
 }
 
 interface StoreKind {
@@ -702,42 +678,92 @@ function redisKind(): StoreKind {
   };
 }
 
-function runScenarios(adapter: AdapterName, kind: () => StoreKind, table: Scenario[]): void {
-  let stores: StoreKind;
+/** What a scenario saw of its app's store: the calls per method, and the events. */
+export interface Observed {
+  storeCalls: Record<StoreMethod, number>;
+  events: IdempotencyEvent[];
+}
+
+/** One scenario's app, wherever it runs. */
+export interface HostedApp {
+  app: RunningApp;
+  /**
+   * Bring `app.calls` and the observed calls and events up to date, after each reply (an
+   * app in another process reports them); absent when they are counted in this process.
+   */
+  sync?(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Where the scenarios' apps run: in this process (`startApp`), or in another runtime. */
+export interface ScenarioHost {
+  /** The store, in test names. */
+  name: string;
+  start(adapter: AdapterName, scenario: Scenario, observed: Observed): Promise<HostedApp>;
+  close(): Promise<void>;
+}
+
+/** Apps in this process, on a store of `kind`, counted by wrappers around the store and `onEvent`. */
+function inProcess(kind: () => StoreKind): () => ScenarioHost {
+  return () => {
+    const stores = kind();
+    return {
+      name: stores.name,
+      async start(adapter, scenario, observed) {
+        const own = scenario.store !== undefined;
+        const base =
+          scenario.store === 'unreachable' ? stores.unreachable() : scenario.store === 'hanging' ? hangingStore() : stores.create();
+        const app = await startApp(adapter, {
+          store: countingStore(base, observed.storeCalls),
+          onEvent: (event) => observed.events.push(event),
+          ...scenario.options,
+        });
+        return {
+          app,
+          async close() {
+            await app.close();
+            if (own || stores.name === 'memory') await base.close();
+          },
+        };
+      },
+      close: () => stores.close(),
+    };
+  };
+}
+
+/** Register every scenario for `adapter`, each app started by the host. */
+export function runScenarios(adapter: AdapterName, host: () => ScenarioHost, table: Scenario[] = scenarios): void {
+  let hosts: ScenarioHost;
   beforeAll(() => {
-    stores = kind();
+    hosts = host();
   });
   afterAll(async () => {
-    await stores.close();
+    await hosts.close();
   });
   const runId = randomUUID().slice(0, 8);
   let n = 0;
   for (const scenario of table) {
     it(`${scenario.rule}: ${scenario.title}`, async () => {
-      const storeCalls: Record<StoreMethod, number> = { claim: 0, get: 0, complete: 0, release: 0, extend: 0 };
-      const events: IdempotencyEvent[] = [];
-      const own = scenario.store !== undefined;
-      const base =
-        scenario.store === 'unreachable' ? stores.unreachable() : scenario.store === 'hanging' ? hangingStore() : stores.create();
-      const app = await startApp(adapter, {
-        store: countingStore(base, storeCalls),
-        onEvent: (event) => events.push(event),
-        ...scenario.options,
-      });
-      const prefix = `${adapter}-${stores.name}-${runId}-${++n}`;
+      const observed: Observed = { storeCalls: { claim: 0, get: 0, complete: 0, release: 0, extend: 0 }, events: [] };
+      const hosted = await hosts.start(adapter, scenario, observed);
+      const { app } = hosted;
+      const prefix = `${adapter}-${hosts.name}-${runId}-${++n}`;
       let keys = 0;
       try {
         await scenario.run({
           adapter,
           app,
           key: (suffix = '') => `${prefix}-${++keys}${suffix}`,
-          send: (options) => send(app.url, options),
-          storeCalls,
-          events,
+          send: async (options) => {
+            const reply = await send(app.url, options);
+            await hosted.sync?.();
+            return reply;
+          },
+          storeCalls: observed.storeCalls,
+          events: observed.events,
         });
       } finally {
-        await app.close();
-        if (own || stores.name === 'memory') await base.close();
+        await hosted.close();
       }
     });
   }
@@ -754,9 +780,9 @@ export async function httpConformanceSuite(adapter: AdapterName, { extra = [] }:
   const table = [...scenarios, ...extra];
 
   describe(`${adapter} adapter conformance (memory store)`, () => {
-    runScenarios(adapter, memoryKind, table);
+    runScenarios(adapter, inProcess(memoryKind), table);
   });
   describe.skipIf(!redis)(`${adapter} adapter conformance (Redis store)`, () => {
-    runScenarios(adapter, redisKind, table);
+    runScenarios(adapter, inProcess(redisKind), table);
   });
 }

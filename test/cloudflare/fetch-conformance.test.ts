@@ -1,0 +1,3 @@
+import { conformanceOnWorkerd } from './conformance.js';
+
+conformanceOnWorkerd('fetch', ['do', 'd1']);

@@ -1,0 +1,3 @@
+import { conformanceOnWorkerd } from './conformance.js';
+
+conformanceOnWorkerd('hono', ['do', 'd1']);
