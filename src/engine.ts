@@ -5,7 +5,7 @@
  */
 import { randomFillSync } from 'node:crypto';
 import { decide } from './decide.js';
-import { sha256 } from './fingerprint.js';
+import { fingerprintValue, sameFingerprint, sha256, type Fingerprint } from './fingerprint.js';
 import {
   IdempotencyConflictError,
   IdempotencyMismatchError,
@@ -458,7 +458,7 @@ export class Engine {
    * A duplicate waits as docs/semantics.md#how-a-duplicate-waits says: on a request of this
    * process in memory, else on the store's wake-ups (or polls).
    */
-  acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
+  acquire(key: string, scope: string | undefined, fingerprint: Fingerprint): Promise<Acquired> {
     return this.telemetry.acquire(scope, () => this.#acquire(key, scope, fingerprint), acquireOutcome);
   }
 
@@ -492,7 +492,7 @@ export class Engine {
     return this.options.ttl;
   }
 
-  async #acquire(key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
+  async #acquire(key: string, scope: string | undefined, fingerprint: Fingerprint): Promise<Acquired> {
     const { store } = this.options;
     const skey = storageKey(scope, key);
     // The wait runs from the moment this request learns that the key is in progress.
@@ -511,7 +511,7 @@ export class Engine {
             if (next !== 'wait') return next;
           }
         }
-        if (!mine && !hub.flights.has(skey)) mine = new Flight(hub.flights, skey, fingerprint);
+        if (!mine && !hub.flights.has(skey)) mine = new Flight(hub.flights, skey, fingerprintValue(fingerprint));
         const acquired = await this.#claim(hub, key, scope, skey, fingerprint, wait, mine);
         if (acquired === 'claim') continue; // released or expired while we waited: claim again
         if (acquired.type === 'execute') mine = undefined; // the lease now ends the flight
@@ -531,7 +531,7 @@ export class Engine {
     key: string,
     scope: string | undefined,
     skey: string,
-    fingerprint: string,
+    fingerprint: Fingerprint,
     wait: WaitClock,
     flight: Flight | undefined,
   ): Promise<Acquired | 'claim'> {
@@ -540,7 +540,7 @@ export class Engine {
     const token = newToken();
     let result;
     try {
-      result = await this.call('claim', () => store.claim(skey, { fingerprint, token, createdAt: now() }, leaseMs));
+      result = await this.call('claim', () => store.claim(skey, { fingerprint: fingerprintValue(fingerprint), token, createdAt: now() }, leaseMs));
     } catch (error) {
       this.emit({ type: 'store-error', key, scope, operation: 'claim', error });
       // A claim that timed out may still reach the store later (a paused or slow server
@@ -583,7 +583,7 @@ export class Engine {
     record: IdempotencyRecord | undefined,
     key: string,
     scope: string | undefined,
-    fingerprint: string,
+    fingerprint: Fingerprint,
     flight?: Flight,
   ): Acquired | 'claim' | 'wait' {
     switch (decide(record, fingerprint, this.options.now())) {
@@ -615,7 +615,7 @@ export class Engine {
    * Resolves with what it learned, or `undefined` to ask the store instead (a different
    * request still claiming, an owner that stopped renewing, nothing learned).
    */
-  async #follow(flight: Flight, key: string, scope: string | undefined, fingerprint: string, wait: WaitClock): Promise<FlightOutcome> {
+  async #follow(flight: Flight, key: string, scope: string | undefined, fingerprint: Fingerprint, wait: WaitClock): Promise<FlightOutcome> {
     const { now } = this.options;
     const arrived = now();
     for (;;) {
@@ -627,8 +627,8 @@ export class Engine {
         return undefined;
       }
       // A different request in the same key: the store's record decides (mismatch), as ever.
-      if (owner && owner.record.fingerprint !== fingerprint) return { record: owner.record };
-      if (!owner && flight.fingerprint !== fingerprint) return undefined;
+      if (owner && !sameFingerprint(owner.record.fingerprint, fingerprint)) return { record: owner.record };
+      if (!owner && flight.fingerprint !== fingerprintValue(fingerprint)) return undefined;
       if (flight.inProgressSince === undefined) {
         // Its claim is on the way (bounded by storeTimeoutMs): its answer is ours too.
         await flight.news;
@@ -656,7 +656,7 @@ export class Engine {
     key: string,
     scope: string | undefined,
     skey: string,
-    fingerprint: string,
+    fingerprint: Fingerprint,
     record: IdempotencyRecord | undefined,
     deadline: number,
     mark: number,

@@ -350,7 +350,7 @@ function viaHeaders<Raw>(options: AppOptions, headersOf: (raw: Raw) => Headers):
   return {
     ...rest,
     ...(typeof scope === 'function' ? { scope: (raw: Raw) => scope(view(raw)) } : scope === undefined ? {} : { scope }),
-    ...(fingerprint ? { fingerprint: (raw: Raw) => fingerprint(view(raw)) } : {}),
+    ...(typeof fingerprint === 'function' ? { fingerprint: (raw: Raw) => fingerprint(view(raw)) } : fingerprint ? { fingerprint } : {}),
   } as IdempotencyOptions<Raw>;
 }
 
