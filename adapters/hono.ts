@@ -17,7 +17,7 @@
 import type { Context, Env, MiddlewareHandler } from 'hono';
 import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import { lendBody } from './internal/hono-request.js';
-import { abandonOnAbort, assertDeclaredLength, consumeBody, recordResponse, requestInfo, toResponse } from './internal/web-io.js';
+import { abandonOnAbort, assertDeclaredLength, consumeBody, formDataUpload, recordResponse, requestInfo, toResponse } from './internal/web-io.js';
 
 /** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
 export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;
@@ -82,10 +82,14 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
     if (!layer.covers(c.req.method)) return next();
     const request = c.req.raw;
     let consumed: Uint8Array | undefined;
-    const readBody = async (): Promise<Uint8Array> => {
+    const readBody = async (): Promise<unknown> => {
       if (request.bodyUsed) {
         // Read before us (a validator): Hono keeps the body; count it by its declared length.
         assertDeclaredLength(request.headers, layer.maxBodyBytes);
+        const cache = c.req.bodyCache as { arrayBuffer?: Promise<ArrayBuffer>; formData?: Promise<FormData> };
+        // Only as form data (c.req.formData()): its bytes again would be a new serialisation
+        // with a new boundary, so the entries count (parseBody() keeps the bytes too).
+        if (cache.arrayBuffer === undefined && cache.formData !== undefined) return formDataUpload(await cache.formData);
         return new Uint8Array(await c.req.arrayBuffer());
       }
       // The request itself, through the server's fast path (a clone would build a second

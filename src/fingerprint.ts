@@ -146,7 +146,11 @@ function multipart(contentType: string, chunks: readonly Uint8Array[], fields: F
 }
 
 function uploadDigest(fieldsValue: unknown, files: readonly UploadedFile[], fields: FieldSelection | undefined): BodyDigest {
-  const text = valueDigest('fields', fieldsValue ?? {}, fields, true);
+  // Fields as ordered pairs (a FormData's text entries), canonical as a form's are; else as the middleware parsed them.
+  const text =
+    fieldsValue instanceof URLSearchParams
+      ? formText(fieldsValue.toString(), () => [], fields)
+      : valueDigest('fields', fieldsValue ?? {}, fields, true);
   const kept = fields ? files.filter((f) => fields.counts(f.name)) : files;
   return { tag: 'upload', text: JSON.stringify([text.tag, text.text, kept.map((f) => [f.name, f.filename, f.type, f.sha256])]) };
 }

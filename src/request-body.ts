@@ -109,6 +109,7 @@ const UPLOAD_BODY: unique symbol = Symbol.for('idempotency-kit.upload-body') as 
 export class UploadBody {
   readonly [UPLOAD_BODY] = true;
   constructor(
+    /** The text fields: as the middleware parsed them (an object), or as ordered pairs (`URLSearchParams`). */
     readonly fields: unknown,
     readonly files: readonly UploadedFile[],
     /** What the release before the versioned fingerprint fingerprinted for this request. */

@@ -5,7 +5,9 @@
  * only, so that it runs on Node, Bun and Deno alike.
  * @module
  */
+import { createHash } from 'node:crypto';
 import { BodyTooLargeError } from '../../src/errors.js';
+import { NO_LEGACY, UploadBody, type UploadedFile } from '../../src/fingerprint.js';
 import type { CapturedResponse, HttpClaim, HttpRequestInfo, Idempotency } from '../../src/http.js';
 import type { HttpResponse } from '../../src/problem.js';
 import { BodyRecorder, concatBytes } from './body-recorder.js';
@@ -36,6 +38,27 @@ async function readStream(stream: ReadableStream<Uint8Array>, limit: number): Pr
     }
     chunks.push(value);
   }
+}
+
+/**
+ * A form body something before the layer parsed into a `FormData` (Hono's `c.req.formData()`),
+ * for the fingerprint: its text entries in order and its files, hashed as they stream.
+ * Its bytes cannot be had again (serialising it again draws a new boundary), so no record
+ * of the release before the versioned fingerprint can match it.
+ */
+export async function formDataUpload(formData: FormData): Promise<UploadBody> {
+  const fields = new URLSearchParams();
+  const files: UploadedFile[] = [];
+  for (const [name, value] of formData) {
+    if (typeof value === 'string') {
+      fields.append(name, value);
+      continue;
+    }
+    const hash = createHash('sha256');
+    for await (const chunk of value.stream() as unknown as AsyncIterable<Uint8Array>) hash.update(chunk);
+    files.push({ name, filename: value.name, type: value.type === '' ? null : value.type, sha256: hash.digest('base64url') });
+  }
+  return new UploadBody(fields, files, NO_LEGACY);
 }
 
 /**
