@@ -15,6 +15,7 @@
  * app.post('/orders', async (c) => c.json({ id: 42, ...(await c.req.json()) }, 201));
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
+import type { RawBody } from '../src/fingerprint.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import { lendBody } from './internal/hono-request.js';
 import { abandonOnAbort, assertDeclaredLength, consumeBody, formDataUpload, recordResponse, requestInfo, toResponse } from './internal/web-io.js';
@@ -81,7 +82,7 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
   return async function idempotency(c, next) {
     if (!layer.covers(c.req.method)) return next();
     const request = c.req.raw;
-    let consumed: Uint8Array | undefined;
+    let consumed: Uint8Array | RawBody | undefined;
     const readBody = async (): Promise<unknown> => {
       if (request.bodyUsed) {
         // Read before us (a validator): Hono keeps the body; count it by its declared length.
@@ -98,7 +99,7 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
       return (consumed = await consumeBody(request, layer.maxBodyBytes));
     };
     const decision = await layer.begin(requestInfo(request, layer, c, readBody));
-    if (consumed !== undefined && decision.type !== 'respond') lendBody(c.req, request, consumed);
+    if (consumed !== undefined && decision.type !== 'respond') lendBody(c.req, request, consumed instanceof Uint8Array ? consumed : consumed.bytes());
     if (decision.type === 'respond') return toResponse(decision.response);
     if (decision.type === 'pass') return next();
     const { claim } = decision;

@@ -56,30 +56,39 @@ const RAW_BODY: unique symbol = Symbol.for('idempotency-kit.raw-body') as never;
 export class RawBody {
   readonly [RAW_BODY] = true;
   #whole: Uint8Array | undefined;
+  #chunks: readonly Uint8Array[];
   /** Set when the release before the versioned fingerprint saw this body as something else (a Fastify upload it never read). */
   readonly legacy: unknown;
   readonly hasLegacy: boolean;
 
   constructor(
-    readonly chunks: readonly Uint8Array[],
+    chunks: readonly Uint8Array[],
     readonly byteLength: number,
     options?: { legacy: unknown },
   ) {
+    this.#chunks = chunks;
     this.hasLegacy = options !== undefined;
     this.legacy = options?.legacy;
     if (chunks.length === 1) this.#whole = chunks[0];
   }
 
+  /** The chunks as they came; once joined by `bytes()`, the one buffer (the chunks are let go). */
+  get chunks(): readonly Uint8Array[] {
+    return this.#chunks;
+  }
+
   /** The whole body in one buffer (made on first use when it came in several chunks). */
   bytes(): Uint8Array {
     if (this.#whole === undefined) {
-      const out = Buffer.allocUnsafe(this.byteLength);
+      // Its own memory (not a slice of the pool): a web adapter lends its ArrayBuffer on.
+      const out = Buffer.allocUnsafeSlow(this.byteLength);
       let offset = 0;
       for (const chunk of this.chunks) {
         out.set(chunk, offset);
         offset += chunk.byteLength;
       }
       this.#whole = out;
+      this.#chunks = [out];
     }
     return this.#whole;
   }
