@@ -18,7 +18,6 @@
  */
 import * as crypto from 'node:crypto';
 import { createHash } from 'node:crypto';
-import { inspect } from 'node:util';
 import objectHash from 'object-hash';
 
 type OneShotHash = (algorithm: string, data: string, encoding: 'base64url') => string;
@@ -257,13 +256,18 @@ export function objectHashValue(value: unknown): string {
 }
 
 /**
- * `objectHashValue`, or for a value object-hash refuses (a type it does not know, such as
- * URLSearchParams) a hash of its full inspection, keys sorted: different values still differ.
+ * `objectHashValue`, or for a value object-hash refuses (a type it does not know): an
+ * iterable one (URLSearchParams, a Headers) by its class and its entries in order; anything
+ * else is a TypeError that names the type (no hash of it would tell two values apart).
  */
 export function anyValueHash(value: unknown): string {
   try {
     return objectHashValue(value);
-  } catch {
-    return sha256(`i${inspect(value, { depth: Infinity, maxArrayLength: Infinity, maxStringLength: Infinity, breakLength: Infinity, sorted: true, getters: false })}`);
+  } catch (error) {
+    const tag = Object.prototype.toString.call(value);
+    if (typeof value === 'object' && value !== null && typeof (value as Iterable<unknown>)[Symbol.iterator] === 'function') {
+      return sha256(`i${tag}${anyValueHash(Array.from(value as Iterable<unknown>))}`);
+    }
+    throw new TypeError(`Cannot fingerprint a request body of type ${tag}: give the layer the raw body, or a \`fingerprint\` function that returns plain data`, { cause: error });
   }
 }
