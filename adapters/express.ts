@@ -16,21 +16,32 @@
  */
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
+import type { RawBody } from '../src/fingerprint.js';
 import {
   assertDeclaredLength,
   bodyConsumed,
   captureResponse,
+  isMultipart,
   keyHeaderLines,
-  parseBody,
   readBody,
   restoreBody,
   sendResponse,
+  setRequestBody,
 } from './internal/node-io.js';
+import { uploadBody, type UploadSource } from './internal/uploads.js';
 
 /** The plugin options: every option of `IdempotencyOptions`; `scope`, `fingerprint` get Express's `req`. */
 export type ExpressIdempotencyOptions = IdempotencyOptions<Request>;
 
 type AuthenticatedRequest = Request & { auth?: { sub?: unknown }; user?: unknown };
+/** What multer leaves: `req.file` (`.single()`) or `req.files` (`.array()`, `.any()`, `.fields()`). */
+type UploadedRequest = Request & { file?: unknown; files?: unknown };
+
+const multerSource: UploadSource = {
+  adapter: 'idempotency-kit/express',
+  where: 'req.file / req.files, left by an upload middleware before the idempotency layer',
+  fix: 'Put `idempotency()` before the upload middleware (app.use(idempotency(...)) before multer)',
+};
 
 /** Without `scope`: the user that express-jwt (`req.auth.sub`) or passport and the like (`req.user`) set. */
 const expressDefaults: AdapterDefaults<Request> = {
@@ -56,7 +67,7 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
       next();
       return;
     }
-    let raw: Buffer | undefined;
+    let raw: RawBody | undefined;
     let decision;
     try {
       decision = await layer.begin({
@@ -68,6 +79,11 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
         body: async () => {
           if (bodyConsumed(req)) {
             assertDeclaredLength(req, layer.maxBodyBytes);
+            // An upload parsed before us (multer): its fields and its files, hashed.
+            if (isMultipart(req.headers['content-type'])) {
+              const { file, files } = req as UploadedRequest;
+              return uploadBody(req.body, [file, files], req.body, multerSource);
+            }
             return req.body;
           }
           raw = await readBody(req, layer.maxBodyBytes);
@@ -84,7 +100,7 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
     if (raw !== undefined) {
       // Readable again for a body parser after us; parsed already for a handler without one.
       restoreBody(req, raw);
-      req.body ??= parseBody(raw, req.headers['content-type']);
+      setRequestBody(req, raw, req.headers['content-type']);
     }
     if (decision.type === 'respond') {
       sendResponse(res, decision.response);

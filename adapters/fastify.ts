@@ -18,7 +18,9 @@ import { Transform, finished } from 'node:stream';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { BodyTooLargeError } from '../src/errors.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { captureStream, endAfterDrain, keyHeaderLines, toNodeStream } from './internal/node-io.js';
+import { RawBody } from '../src/fingerprint.js';
+import { captureStream, endAfterDrain, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
+import { uploadBody, type UploadSource } from './internal/uploads.js';
 
 /** Every option of `IdempotencyOptions`; `scope` and `fingerprint` get the Fastify request. */
 export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>;
@@ -76,6 +78,34 @@ const fastifyDefaults: AdapterDefaults<FastifyRequest> = {
   principalSource: 'request.user.id and request.user.sub',
   scopeExample: '(request) => request.user.id',
 };
+
+const uploadSource: UploadSource = {
+  adapter: 'idempotency-kit/fastify',
+  where: 'request.body, as @fastify/multipart attaches it (attachFieldsToBody)',
+  fix: 'Let the handler read the upload (request.file(), request.parts()) instead of attaching it to the body with an `onFile` that keeps no buffer',
+};
+
+/**
+ * The fields and files of a body @fastify/multipart attached (`attachFieldsToBody`): part
+ * objects (`true`: `{ type: 'file', _buf }` or `{ type: 'field', value }`), or plain values
+ * (`'keyValues'`: a file is its Buffer, without its name or type).
+ */
+function attachedUpload(body: unknown): { fields: Record<string, unknown>; files: unknown[] } {
+  const fields: Record<string, unknown> = Object.create(null);
+  const files: unknown[] = [];
+  if (typeof body !== 'object' || body === null) return { fields, files };
+  for (const [name, entry] of Object.entries(body)) {
+    const values: unknown[] = [];
+    for (const item of Array.isArray(entry) ? entry : [entry]) {
+      const part = item as { type?: unknown; value?: unknown } | null;
+      if (Buffer.isBuffer(item)) files.push({ fieldname: name, buffer: item });
+      else if (part?.type === 'file') files.push(part);
+      else values.push(part?.type === 'field' ? part.value : item);
+    }
+    if (values.length > 0) fields[name] = values.length === 1 && !Array.isArray(entry) ? values[0] : values;
+  }
+  return { fields, files };
+}
 
 /** The Content-Length of a request, when it has a valid one. */
 function declaredLength(value: string | undefined): number | undefined {
@@ -139,8 +169,10 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
   fastify.addHook('preParsing', function idempotencyBodySize(request, reply, payload, done) {
     const state = stateOf(request, reply);
     // A declared length is the body's length (Node's parser reads exactly that many
-    // bytes), so it is checked as it is; only a chunked body is counted on its way.
-    if (!state || declaredLength(request.headers['content-length']) !== undefined) {
+    // bytes), so it is checked as it is; only a chunked body is counted on its way. An
+    // upload is not read by a parser here (@fastify/multipart reads request.raw itself):
+    // the layer reads and counts it in preHandler.
+    if (!state || declaredLength(request.headers['content-length']) !== undefined || isMultipart(request.headers['content-type'])) {
       done(null, payload);
       return;
     }
@@ -173,9 +205,21 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
       url: request.url,
       headers: request.headers,
       keyHeaderLines: keyHeaderLines(request.raw, routed.headerName),
-      body: () => {
+      body: async () => {
         const size = state.counted ?? declaredLength(request.headers['content-length']) ?? 0;
         if (size > routed.maxBodyBytes) throw new BodyTooLargeError(routed.maxBodyBytes);
+        if (isMultipart(request.headers['content-type'])) {
+          if (!request.raw.readableEnded) {
+            // @fastify/multipart reads the upload in the handler (request.file(), parts()):
+            // read it here, bounded, and leave it readable for the handler.
+            const raw = await readBody(request.raw, routed.maxBodyBytes);
+            restoreBody(request.raw, raw);
+            return new RawBody(raw.chunks, raw.byteLength, { legacy: request.body });
+          }
+          // Attached to the body in preValidation (attachFieldsToBody): its fields and files.
+          const { fields, files } = attachedUpload(request.body);
+          return uploadBody(fields, files, request.body, uploadSource);
+        }
         return request.body;
       },
       raw: request,

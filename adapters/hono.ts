@@ -15,12 +15,14 @@
  * app.post('/orders', async (c) => c.json({ id: 42, ...(await c.req.json()) }, 201));
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
+import type { RawBody } from '../src/fingerprint.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import { lendBody } from './internal/hono-request.js';
 import {
   abandonOnAbort,
   assertDeclaredLength,
   consumeBody,
+  formDataUpload,
   keepAliveUntilSettled,
   recordResponse,
   requestInfo,
@@ -104,11 +106,15 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
   return async function idempotency(c, next) {
     if (!layer.covers(c.req.method)) return next();
     const request = c.req.raw;
-    let consumed: Uint8Array | undefined;
-    const readBody = async (): Promise<Uint8Array> => {
+    let consumed: Uint8Array | RawBody | undefined;
+    const readBody = async (): Promise<unknown> => {
       if (request.bodyUsed) {
         // Read before us (a validator): Hono keeps the body; count it by its declared length.
         assertDeclaredLength(request.headers, layer.maxBodyBytes);
+        const cache = c.req.bodyCache as { arrayBuffer?: Promise<ArrayBuffer>; formData?: Promise<FormData> };
+        // Only as form data (c.req.formData()): its bytes again would be a new serialisation
+        // with a new boundary, so the entries count (parseBody() keeps the bytes too).
+        if (cache.arrayBuffer === undefined && cache.formData !== undefined) return formDataUpload(await cache.formData);
         return new Uint8Array(await c.req.arrayBuffer());
       }
       // The request itself, through the server's fast path (a clone would build a second
@@ -117,7 +123,7 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
       return (consumed = await consumeBody(request, layer.maxBodyBytes));
     };
     const decision = await layer.begin(requestInfo(request, layer, c, readBody));
-    if (consumed !== undefined && decision.type !== 'respond') lendBody(c.req, request, consumed);
+    if (consumed !== undefined && decision.type !== 'respond') lendBody(c.req, request, consumed instanceof Uint8Array ? consumed : consumed.bytes());
     if (decision.type === 'respond') return toResponse(decision.response);
     if (decision.type === 'pass') return next();
     // On Workers the claim keeps the invocation alive until it settles, whenever the client leaves.

@@ -18,7 +18,9 @@
  */
 import type { Context, Middleware, Next } from 'koa';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
+import type { RawBody } from '../src/fingerprint.js';
+import { assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
+import { uploadBody, type UploadSource } from './internal/uploads.js';
 
 /** Every option of `IdempotencyOptions`; `scope` and `fingerprint` get the Koa context. */
 export type KoaIdempotencyOptions = IdempotencyOptions<Context>;
@@ -27,7 +29,13 @@ export type KoaIdempotencyOptions = IdempotencyOptions<Context>;
 const EMPTY_STATUSES = new Set([204, 205, 304]);
 
 type KoaBodyState = Context['response'] & { _explicitNullBody?: boolean };
-type ParsedRequest = Context['request'] & { body?: unknown; rawBody?: unknown };
+type ParsedRequest = Context['request'] & { body?: unknown; rawBody?: unknown; file?: unknown; files?: unknown };
+
+const uploadSource: UploadSource = {
+  adapter: 'idempotency-kit/koa',
+  where: 'ctx.request.file / ctx.request.files, left by @koa/multer or koa-body before the idempotency layer',
+  fix: 'Put `idempotency()` before the upload middleware (app.use(idempotency(...)) before it)',
+};
 
 /**
  * Record what Koa is about to send: `ctx.status`, the headers set so far and `ctx.body`
@@ -108,7 +116,7 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
       await next();
       return;
     }
-    let raw: Buffer | undefined;
+    let raw: RawBody | undefined;
     const decision = await layer.begin({
       method: ctx.method,
       // The full path even under a mount prefix or a nested router, for the fingerprint.
@@ -120,7 +128,13 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
           assertDeclaredLength(ctx.req, layer.maxBodyBytes);
           // The parser's raw text when it kept it: the same bytes we would have read.
           const request = ctx.request as ParsedRequest;
-          return typeof request.rawBody === 'string' ? request.rawBody : request.body;
+          const parsed = typeof request.rawBody === 'string' ? request.rawBody : request.body;
+          if (isMultipart(ctx.get('content-type'))) {
+            // @koa/multer also sets ctx.file / ctx.files; koa-body (formidable) ctx.request.files.
+            const { file, files } = ctx as unknown as { file?: unknown; files?: unknown };
+            return uploadBody(request.body, [request.file ?? file, request.files ?? files], parsed, uploadSource);
+          }
+          return parsed;
         }
         raw = await readBody(ctx.req, layer.maxBodyBytes);
         return raw;

@@ -12,9 +12,9 @@
  * }, { store })).listen(3000);
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { isJsonType, ParsedJsonBody } from '../src/fingerprint.js';
+import { isJsonType, ParsedJsonBody, type RawBody } from '../src/fingerprint.js';
 import { Idempotency, type IdempotencyOptions } from '../src/http.js';
-import { captureResponse, isClientAbort, keyHeaderLines, parseBody, readBody, restoreBody, sendResponse } from './internal/node-io.js';
+import { captureResponse, isClientAbort, keyHeaderLines, readBody, restoreBody, sendResponse, setRequestBody } from './internal/node-io.js';
 
 /** The request a wrapped handler receives: the body is still readable, and parsed on `req.body`. */
 export type IdempotentRequest = IncomingMessage & { body?: unknown };
@@ -64,7 +64,7 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
       await handler(req, res);
       return;
     }
-    let raw: Buffer | undefined;
+    let raw: RawBody | undefined;
     let parsed: unknown;
     let decision;
     try {
@@ -76,10 +76,11 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
         body: async () => {
           raw = await readBody(req, layer.maxBodyBytes);
           // A JSON body is parsed once: for the fingerprint now, and for req.body.
-          if (raw.length > 0 && isJsonType(req.headers['content-type'])) {
+          if (raw.byteLength > 0 && isJsonType(req.headers['content-type'])) {
+            const bytes = raw.bytes();
             try {
-              parsed = JSON.parse(raw.toString('utf8'));
-              return new ParsedJsonBody(parsed, raw);
+              parsed = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
+              return new ParsedJsonBody(parsed, bytes);
             } catch {
               // Not valid JSON: fingerprinted by its bytes, and the handler decides what to answer.
             }
@@ -101,7 +102,8 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
     // The handler runs: it reads the body as if nobody had (and finds it parsed on req.body).
     if (raw !== undefined) {
       restoreBody(req, raw);
-      (req as { body?: unknown }).body ??= parsed !== undefined ? parsed : parseBody(raw, req.headers['content-type']);
+      if (parsed !== undefined) (req as { body?: unknown }).body ??= parsed;
+      else setRequestBody(req, raw, req.headers['content-type']);
     }
     if (decision.type === 'pass') {
       await handler(req, res);

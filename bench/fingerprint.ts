@@ -1,13 +1,16 @@
 /**
  * Fingerprint cost by body size (H14): our canonical-JSON + SHA-256 path against
  * `object-hash` (the fallback for values that are not plain JSON), on 1 KB, 100 KB and
- * 1 MB JSON bodies. A CPU-bound micro-benchmark, so it runs in one process:
+ * 1 MB JSON bodies; a multipart upload of a file of that size against hashing the file's
+ * bytes alone (the target: within 10 %), in one buffer and in the 64 KiB chunks a socket
+ * delivers; a urlencoded form against parsing it with URLSearchParams. A CPU-bound
+ * micro-benchmark, so it runs in one process:
  * `node --import tsx bench/fingerprint.ts [--quick] [--json]`.
  * @module
  */
 import { createHash } from 'node:crypto';
 import objectHash from 'object-hash';
-import { canonicalJson, fingerprintRequest, hashValue } from '../src/fingerprint.js';
+import { canonicalJson, fingerprintRequest, hashValue, RawBody } from '../src/fingerprint.js';
 
 export interface FingerprintCase {
   size: string;
@@ -23,8 +26,41 @@ export interface FingerprintResult {
   cases: FingerprintCase[];
   /** object-hash time / canonical fast-path time, per size. */
   ratios: { size: string; objectHashOverFastPath: number; fullRequestOverParse: number }[];
+  /**
+   * Form bodies, per size: multipart fingerprint ÷ SHA-256 of the file alone (one buffer, and
+   * 64 KiB chunks), urlencoded fingerprint ÷ URLSearchParams. Each is the median of paired
+   * rounds of CPU time (the floor and the fingerprint timed back to back), with the rounds'
+   * spread: on a shared machine a ratio of two separate wall-clock means drifts with the load.
+   */
+  forms?: { size: string; multipartOverFileHash: number; chunkedMultipartOverFileHash: number; urlencodedOverParse: number; spread: Record<string, [min: number, max: number]> }[];
   /** Whether both paths see key order as irrelevant (checked, not assumed). */
   orderInsensitive: boolean;
+}
+
+/** A multipart body as a browser or fetch sends it: a text field, then a file of `size` bytes. */
+export function makeMultipart(size: number): { type: string; body: Buffer; file: Buffer } {
+  const boundary = '----formdata-undici-054870125512';
+  const file = Buffer.alloc(size);
+  for (let i = 0; i < size; i++) file[i] = (i * 2654435761) >>> 24;
+  const body = Buffer.concat([
+    Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="title"\r\n\r\nInvoice 7\r\n`),
+    Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="document"; filename="scan.pdf"\r\nContent-Type: application/pdf\r\n\r\n`),
+    file,
+    Buffer.from(`\r\n--${boundary}--\r\n`),
+  ]);
+  return { type: `multipart/form-data; boundary=${boundary}`, body, file };
+}
+
+/** A urlencoded form of about `target` bytes: names in no order, a repeated name, escapes. */
+export function makeForm(target: number): string {
+  const pairs: string[] = [];
+  let length = 0;
+  for (let i = 0; length < target; i++) {
+    const pair = `${i % 3 === 0 ? 'tag' : `field_${(i * 7919) % 10_007}`}=${encodeURIComponent(`value ${i} ✓ & more`)}`;
+    pairs.push(pair);
+    length += pair.length + 1;
+  }
+  return pairs.join('&');
 }
 
 /** A JSON order of about `target` bytes: nested objects, arrays, strings and numbers. */
@@ -67,6 +103,32 @@ function reversed(value: unknown): unknown {
   return value;
 }
 
+/** CPU time (user + system) per call of `fn`, over at least `budgetMs` of CPU: waiting for a core on a loaded machine does not count. */
+function cpuTime(fn: () => unknown, budgetMs: number): number {
+  fn();
+  let iterations = 0;
+  const start = process.cpuUsage();
+  let used = 0;
+  while (iterations < 3 || used < budgetMs * 1000) {
+    fn();
+    iterations++;
+    const delta = process.cpuUsage(start);
+    used = delta.user + delta.system;
+  }
+  return used / 1000 / iterations;
+}
+
+/**
+ * `fn`'s CPU time over `floor`'s, as the median of `rounds` rounds that time both back to
+ * back; with the rounds' min and max.
+ */
+function pairedRatio(floor: () => unknown, fn: () => unknown, rounds: number, budgetMs: number): { median: number; min: number; max: number } {
+  const ratios: number[] = [];
+  for (let r = 0; r < rounds; r++) ratios.push(cpuTime(fn, budgetMs) / cpuTime(floor, budgetMs));
+  ratios.sort((a, b) => a - b);
+  return { median: ratios[Math.floor(ratios.length / 2)]!, min: ratios[0]!, max: ratios.at(-1)! };
+}
+
 function time(fn: () => unknown, budgetMs: number, minIterations: number): { ms: number; iterations: number } {
   fn(); // warm up (and JIT) once
   let iterations = 0;
@@ -89,6 +151,7 @@ export function runFingerprintBench(quick: boolean): FingerprintResult {
   const budget = quick ? 60 : 600;
   const cases: FingerprintCase[] = [];
   const ratios: FingerprintResult['ratios'] = [];
+  const forms: NonNullable<FingerprintResult['forms']> = [];
   let orderInsensitive = true;
   const ohOptions = { algorithm: 'sha256', unorderedObjects: true } as const;
 
@@ -121,8 +184,42 @@ export function runFingerprintBench(quick: boolean): FingerprintResult {
       objectHashOverFastPath: byMethod['object-hash sha256, unorderedObjects (parsed value)']! / byMethod['canonical JSON + SHA-256 (fast path, parsed value)']!,
       fullRequestOverParse: byMethod['fingerprintRequest, raw JSON bytes (node adapter)']! / byMethod['JSON.parse (floor)']!,
     });
+
+    // Form bodies of the same size.
+    const upload = makeMultipart(target);
+    const chunks: Buffer[] = [];
+    for (let at = 0; at < upload.body.length; at += 64 * 1024) chunks.push(upload.body.subarray(at, at + 64 * 1024));
+    const chunked = new RawBody(chunks, upload.body.length);
+    const multipartHeaders = { 'content-type': upload.type };
+    const form = makeForm(target);
+    const formBytes = Buffer.from(form);
+    const formHeaders = { 'content-type': 'application/x-www-form-urlencoded' };
+    const formMethods: [string, () => unknown][] = [
+      ['SHA-256 of the uploaded file alone (floor)', () => createHash('sha256').update(upload.file).digest('base64url')],
+      ['fingerprintRequest, multipart upload (one buffer)', () => fingerprintRequest({ method: 'POST', url: '/uploads', headers: multipartHeaders, body: upload.body })],
+      ['fingerprintRequest, multipart upload (64 KiB chunks)', () => fingerprintRequest({ method: 'POST', url: '/uploads', headers: multipartHeaders, body: chunked })],
+      ['URLSearchParams of a urlencoded form (floor)', () => [...new URLSearchParams(form)]],
+      ['fingerprintRequest, urlencoded form', () => fingerprintRequest({ method: 'POST', url: '/forms', headers: formHeaders, body: formBytes })],
+    ];
+    for (const [method, fn] of formMethods) {
+      const t = time(fn, budget, quick ? 2 : 5);
+      byMethod[method] = t.ms;
+      cases.push({ size, bytes: method.includes('urlencoded') || method.includes('URLSearchParams') ? formBytes.length : upload.body.length, method, ms: t.ms, opsPerSec: 1000 / t.ms, iterations: t.iterations });
+    }
+    const rounds = quick ? 5 : 9;
+    const paired = (floor: string, fn: string) => pairedRatio(formMethods.find(([m]) => m === floor)![1], formMethods.find(([m]) => m === fn)![1], rounds, budget / rounds);
+    const one = paired('SHA-256 of the uploaded file alone (floor)', 'fingerprintRequest, multipart upload (one buffer)');
+    const inChunks = paired('SHA-256 of the uploaded file alone (floor)', 'fingerprintRequest, multipart upload (64 KiB chunks)');
+    const urlencoded = paired('URLSearchParams of a urlencoded form (floor)', 'fingerprintRequest, urlencoded form');
+    forms.push({
+      size,
+      multipartOverFileHash: one.median,
+      chunkedMultipartOverFileHash: inChunks.median,
+      urlencodedOverParse: urlencoded.median,
+      spread: { multipart: [one.min, one.max], chunkedMultipart: [inChunks.min, inChunks.max], urlencoded: [urlencoded.min, urlencoded.max] },
+    });
   }
-  return { cases, ratios, orderInsensitive };
+  return { cases, ratios, forms, orderInsensitive };
 }
 
 const isMain = /fingerprint\.(ts|mjs)$/.test(process.argv[1] ?? '');
@@ -132,6 +229,7 @@ if (isMain) {
   else {
     console.table(result.cases.map((c) => ({ ...c, ms: c.ms.toFixed(3), opsPerSec: Math.round(c.opsPerSec) })));
     console.table(result.ratios);
+    console.table(result.forms);
     console.log('order-insensitive:', result.orderInsensitive);
   }
 }

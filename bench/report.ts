@@ -391,6 +391,13 @@ export function renderMarkdown(results: BenchResults): string {
     out.push('');
     out.push(`object-hash ÷ canonical fast path: ${fp.ratios.map((r) => `${r.size} **${n1(r.objectHashOverFastPath)}×**`).join(', ')}. Key order changes no hash on either path: ${fp.orderInsensitive ? 'checked' : '**failed**'}.`);
     out.push('');
+    if (fp.forms) {
+      out.push(
+        `A multipart upload's fingerprint ÷ SHA-256 of its file alone (target ≤ 1.10×): ${fp.forms.map((r) => `${r.size} **${n2(r.multipartOverFileHash)}×** (in 64 KiB chunks ${n2(r.chunkedMultipartOverFileHash)}×)`).join(', ')}. ` +
+          `A urlencoded form's fingerprint ÷ URLSearchParams: ${fp.forms.map((r) => `${r.size} ${n2(r.urlencodedOverParse)}×`).join(', ')}.`,
+      );
+      out.push('');
+    }
   }
 
   if (results.breakdown) {

@@ -51,9 +51,32 @@ const networkCodes = new Set([
   'ETIMEDOUT',
 ]);
 
+/** On a body this module made replayable: the promise of its bytes. */
+const BYTES = Symbol('idempotency-kit.got.bytes');
+
 function isOneShot(body: unknown): boolean {
   if (typeof body !== 'object' || body === null) return false;
+  if (BYTES in body) return false;
   return typeof (body as { pipe?: unknown }).pipe === 'function' || Symbol.asyncIterator in body;
+}
+
+const isFormData = (body: unknown): body is FormData => typeof FormData !== 'undefined' && body instanceof FormData;
+
+/**
+ * A FormData body serialised once: got would encode it into a one-shot generator with a new
+ * boundary, so a retry could not send it again. This is a generator of the one
+ * serialisation's bytes (the boundary is in `type`), which a retry swaps for those bytes.
+ */
+function replayableForm(form: FormData): { body: AsyncGenerator<Uint8Array> & { [BYTES]: Promise<Uint8Array> }; type: string } {
+  const response = new Response(form);
+  const type = response.headers.get('content-type')!;
+  let bytes: Promise<Uint8Array> | undefined;
+  const whole = () => (bytes ??= response.arrayBuffer().then((b) => new Uint8Array(b)));
+  const body = (async function* serialised() {
+    yield await whole();
+  })();
+  Object.defineProperty(body, BYTES, { get: whole });
+  return { body: body as typeof body & { [BYTES]: Promise<Uint8Array> }, type };
 }
 
 function reasonFor(policy: RetryPolicy, error: RequestError): AttemptReason {
@@ -118,6 +141,24 @@ export function idempotentGot<T extends ExtendableClient>(got: T, options: Retry
       },
     },
     hooks: {
+      init: [
+        (raw) => {
+          const method = typeof raw.method === 'string' ? raw.method : 'GET';
+          if (!isCovered(policy, method) || !isFormData(raw.body)) return;
+          const { body, type } = replayableForm(raw.body);
+          raw.body = body;
+          const headers = { ...(raw.headers as Record<string, string | undefined>) };
+          if (!Object.keys(headers).some((h) => h.toLowerCase() === 'content-type')) headers['content-type'] = type;
+          raw.headers = headers;
+        },
+      ],
+      beforeRetry: [
+        async (error) => {
+          const body = error.options.body as { [BYTES]?: Promise<Uint8Array> } | undefined;
+          // The same bytes as the attempt before, now as a buffer got sends as it is.
+          if (body && typeof body === 'object' && BYTES in body) error.options.body = Buffer.from(await body[BYTES]!);
+        },
+      ],
       beforeRequest: [
         (options) => {
           if (!isCovered(policy, options.method)) return;

@@ -362,7 +362,8 @@ export function webhookHandler<E, R>(
     async fetch(request: Request): Promise<Response> {
       let body: Uint8Array;
       try {
-        body = await consumeBody(request, maxBodyBytes);
+        const consumed = await consumeBody(request, maxBodyBytes);
+        body = consumed instanceof Uint8Array ? consumed : consumed.bytes();
       } catch (error) {
         if (isIdempotencyError(error)) return toResponse(problemResponse(error));
         throw error;
@@ -379,7 +380,7 @@ export function webhookHandler<E, R>(
         return;
       } else {
         try {
-          body = await readBody(req, maxBodyBytes);
+          body = (await readBody(req, maxBodyBytes)).bytes();
         } catch (error) {
           if (isIdempotencyError(error)) {
             sendResponse(res, problemResponse(error));

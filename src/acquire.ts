@@ -9,6 +9,7 @@
  */
 import { decide } from './decide.js';
 import { IdempotencyConflictError, IdempotencyMismatchError, ResponseNotReplayableError, StoreUnavailableError } from './errors.js';
+import { fingerprintValue, sameFingerprint, type Fingerprint } from './fingerprint.js';
 import { storageKey } from './key.js';
 import { Lease, newToken, type EngineServices } from './lease.js';
 import type { CompletedRecord, IdempotencyRecord } from './store.js';
@@ -20,7 +21,7 @@ export type Acquired =
   | { type: 'replay'; record: CompletedRecord };
 
 /** Claim `key` in `scope` for a request of `fingerprint`, waiting for a request that holds it. */
-export function acquire(engine: EngineServices, key: string, scope: string | undefined, fingerprint: string): Promise<Acquired> {
+export function acquire(engine: EngineServices, key: string, scope: string | undefined, fingerprint: Fingerprint): Promise<Acquired> {
   return new Acquisition(engine, key, scope, fingerprint).run();
 }
 
@@ -45,7 +46,7 @@ class Acquisition {
     readonly engine: EngineServices,
     readonly key: string,
     readonly scope: string | undefined,
-    readonly fingerprint: string,
+    readonly fingerprint: Fingerprint,
   ) {
     this.skey = storageKey(scope, key);
   }
@@ -66,7 +67,7 @@ class Acquisition {
             if (next !== 'wait') return next;
           }
         }
-        if (!mine && !hub.flights.has(skey)) mine = new Flight(hub.flights, skey, this.fingerprint);
+        if (!mine && !hub.flights.has(skey)) mine = new Flight(hub.flights, skey, fingerprintValue(this.fingerprint));
         const acquired = await this.#claim(hub, mine);
         if (acquired === 'claim') continue; // released or expired while we waited: claim again
         if (acquired.type === 'execute') mine = undefined; // the lease now ends the flight
@@ -88,7 +89,7 @@ class Acquisition {
     const token = newToken();
     let result;
     try {
-      result = await engine.call('claim', () => store.claim(skey, { fingerprint, token, createdAt: now() }, leaseMs));
+      result = await engine.call('claim', () => store.claim(skey, { fingerprint: fingerprintValue(fingerprint), token, createdAt: now() }, leaseMs));
     } catch (error) {
       engine.storeError('claim', key, scope, error);
       // A claim that timed out may still reach the store later (a paused or slow server
@@ -166,8 +167,8 @@ class Acquisition {
         return undefined;
       }
       // A different request in the same key: the store's record decides (mismatch), as ever.
-      if (owner && owner.record.fingerprint !== fingerprint) return { record: owner.record };
-      if (!owner && flight.fingerprint !== fingerprint) return undefined;
+      if (owner && !sameFingerprint(owner.record.fingerprint, fingerprint)) return { record: owner.record };
+      if (!owner && flight.fingerprint !== fingerprintValue(fingerprint)) return undefined;
       if (flight.inProgressSince === undefined) {
         // Its claim is on the way (bounded by storeTimeoutMs): its answer is ours too.
         await flight.news;

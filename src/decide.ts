@@ -2,6 +2,7 @@
  * The core decision as a pure function of (record, incoming fingerprint, now).
  * @module
  */
+import { sameFingerprint, type Fingerprint } from './fingerprint.js';
 import type { IdempotencyRecord } from './store.js';
 
 export type Decision =
@@ -16,10 +17,11 @@ export type Decision =
   /** Processing under a valid lease: wait and look again, then 409. */
   | 'wait';
 
-export function decide(record: IdempotencyRecord | undefined, fingerprint: string, now: number): Decision {
+export function decide(record: IdempotencyRecord | undefined, fingerprint: Fingerprint, now: number): Decision {
   if (record === undefined) return 'execute';
   if (record.state === 'processing' ? record.leaseUntil <= now : record.expiresAt <= now) return 'execute';
-  if (record.fingerprint !== fingerprint) return 'mismatch';
+  // Compared under the scheme that made the stored fingerprint (a record of an earlier release).
+  if (!sameFingerprint(record.fingerprint, fingerprint)) return 'mismatch';
   if (record.state === 'processing') return 'wait';
   return record.response.body === null ? 'not-replayable' : 'replay';
 }

@@ -1,351 +1,254 @@
 /**
- * Request fingerprints: method, route path, sorted query, canonical body (object
- * key order does not matter) and the `fingerprintHeaders`, hashed with SHA-256.
+ * Request fingerprints: what makes two requests with one key "the same request".
  *
- * Plain JSON values are canonicalised in two steps: a walk that checks the value and
- * copies only the objects whose keys are out of canonical order, then a plain
- * `JSON.stringify` of the result, which writes the text natively; a value nested too
- * deeply for that takes an iterative walk that writes the same text. Anything else (Dates,
- * Maps, class instances, shared references, cycles, NaN) goes through `object-hash`.
+ * The current scheme (version 2, stored as `v2:` + base64url SHA-256) hashes the method,
+ * the route path, the canonical query, the `fingerprintHeaders` and the body in a form
+ * that follows what it means rather than how a client spelled it:
  *
- * Canonical key order is the order in which JavaScript enumerates an object built by
- * inserting the keys sorted: array-index keys ("0", "7", "10") in numeric order first,
- * then the other keys sorted by UTF-16 code units. It depends on the set of keys only.
+ * - JSON: canonical text (object key order and whitespace do not matter);
+ * - `application/x-www-form-urlencoded`: the decoded pairs sorted by name, the values of a
+ *   repeated name in their order (the query string the same way);
+ * - `multipart/form-data`: the ordered parts, each one's name, filename, content type and
+ *   SHA-256 of its content (never the boundary or how the part headers are spelled);
+ * - a multipart body an upload middleware parsed before the layer: its fields and its
+ *   files, hashed;
+ * - anything else, and a body that does not parse as its type: the raw bytes.
+ *
+ * Every part of the digest input has its own tag, and the tag and the framing come before
+ * the body, so that no body of one kind can spell the digest input of another.
+ *
+ * A record stores the fingerprint made under the scheme of the release that wrote it. A
+ * stored fingerprint without a version prefix was made by the first scheme
+ * (./fingerprint-v1.ts); an incoming request is compared with it under that scheme, so a
+ * retry that spans an upgrade replays instead of being refused as a different request.
  * @module
  */
-import * as crypto from 'node:crypto';
 import { createHash } from 'node:crypto';
-import objectHash from 'object-hash';
+import { anyValueHash, canonicalJsonOf, hashValue, sha256 } from './canonical-json.js';
+import { FieldSelection } from './fingerprint-fields.js';
+import { fingerprintRequestV1 } from './fingerprint-v1.js';
+import { formPairs, multipartBoundary, MultipartScanner, sortPairs, strictUtf8, type FormPair, type MultipartPart } from './form-body.js';
+import { isParsedJsonBody, isRawBody, isUploadBody, mediaType, NO_LEGACY, type UploadedFile } from './request-body.js';
 
-type OneShotHash = (algorithm: string, data: string, encoding: 'base64url') => string;
-/** `crypto.hash` (Node ≥ 20.12): a one-shot digest without a Hash object, ~3× faster for small inputs. */
-const oneShot = (crypto as unknown as { hash?: OneShotHash }).hash;
+export { canonicalJson, hashValue, sha256 } from './canonical-json.js';
+export { FieldSelection, type FingerprintFields } from './fingerprint-fields.js';
+export { isJsonType, NO_LEGACY, ParsedJsonBody, RawBody, UploadBody, type UploadedFile } from './request-body.js';
 
-/** SHA-256 of a string, base64url. */
-export const sha256 = (text: string): string =>
-  oneShot ? oneShot('sha256', text, 'base64url') : createHash('sha256').update(text).digest('base64url');
-
-/** Thrown by the canonical walk at the first value that is not plain JSON data. */
-const NOT_PLAIN: unique symbol = Symbol('not plain JSON data');
-
-function isPlainObject(value: object): value is Record<string, unknown> {
-  const proto = Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
-}
-
-/** Sort in place by UTF-16 code units: an insertion sort for the few keys of most objects (no allocation). */
-function sortKeys(keys: string[]): void {
-  if (keys.length > 24) {
-    keys.sort();
-    return;
-  }
-  for (let i = 1; i < keys.length; i++) {
-    const key = keys[i]!;
-    let j = i - 1;
-    while (j >= 0 && keys[j]! > key) {
-      keys[j + 1] = keys[j]!;
-      j--;
-    }
-    keys[j + 1] = key;
-  }
-}
-
-/** Whether an object's keys (as `Object.keys` lists them) are in canonical order already. */
-function inOrder(keys: string[]): boolean {
-  for (let i = 1; i < keys.length; i++) if (keys[i - 1]! > keys[i]!) return false;
-  return true;
-}
-
-/**
- * An empty object to insert canonically ordered keys into. A `__proto__` key (JSON.parse
- * makes it an own property) would set the prototype of `{}`, so then it has none.
- */
-function emptyFor(keys: string[]): Record<string, unknown> {
-  for (let i = 0; i < keys.length; i++) if (keys[i] === '__proto__') return Object.create(null) as Record<string, unknown>;
-  return {};
-}
-
-/**
- * `o` itself when its keys already enumerate in canonical order (no copy), else a copy with
- * the keys inserted sorted.
- */
-function canonicalObject(o: Record<string, unknown>): Record<string, unknown> {
-  const keys = Object.keys(o);
-  if (inOrder(keys)) return o;
-  sortKeys(keys);
-  const copy = emptyFor(keys);
-  for (let i = 0; i < keys.length; i++) copy[keys[i]!] = o[keys[i]!];
-  return copy;
-}
-
-/**
- * What `JSON.stringify` turns into the canonical text: `value` where it is canonical
- * already, else a copy of the objects (and the arrays holding them) whose keys were out of
- * order. Throws NOT_PLAIN at the first value that is not plain JSON data; `seen` (values
- * from code) makes a repeated object (a cycle or a shared reference) one of those. Values
- * from JSON.parse are plain by construction, and are never shared: they pass no `seen`.
- */
-function canonicalCopy(value: unknown, seen: Set<object> | undefined): unknown {
-  switch (typeof value) {
-    case 'string':
-    case 'boolean':
-    case 'undefined': // dropped from objects, null in arrays: as JSON does
-      return value;
-    case 'number':
-      // A number too large for a double parses to Infinity, which JSON would write as null.
-      if (Number.isFinite(value)) return value;
-      throw NOT_PLAIN;
-    case 'object':
-      break;
-    default: // functions, symbols, bigints
-      throw NOT_PLAIN;
-  }
-  if (value === null) return null;
-  if (seen) {
-    if (seen.has(value)) throw NOT_PLAIN;
-    seen.add(value);
-  }
-  if (Array.isArray(value)) {
-    let copy: unknown[] | undefined;
-    // An own toJSON would make JSON.stringify write something else: its elements count.
-    if (seen && typeof (value as { toJSON?: unknown }).toJSON === 'function') copy = Array.from(value);
-    for (let i = 0; i < value.length; i++) {
-      const element: unknown = value[i];
-      const canonical = canonicalCopy(element, seen);
-      if (canonical !== element) (copy ??= value.slice())[i] = canonical;
-    }
-    return copy ?? value;
-  }
-  const o = value as Record<string, unknown>;
-  if (seen && (!isPlainObject(o) || typeof o.toJSON === 'function')) throw NOT_PLAIN;
-  const keys = Object.keys(o);
-  if (inOrder(keys)) {
-    let copy: Record<string, unknown> | undefined;
-    for (let i = 0; i < keys.length; i++) {
-      const member = o[keys[i]!];
-      const canonical = canonicalCopy(member, seen);
-      if (canonical === member) continue;
-      if (copy === undefined) {
-        copy = emptyFor(keys);
-        for (let j = 0; j < keys.length; j++) copy[keys[j]!] = o[keys[j]!];
-      }
-      copy[keys[i]!] = canonical;
-    }
-    return copy ?? o;
-  }
-  sortKeys(keys);
-  const copy = emptyFor(keys);
-  for (let i = 0; i < keys.length; i++) copy[keys[i]!] = canonicalCopy(o[keys[i]!], seen);
-  return copy;
-}
-
-/** The canonical order of an object's keys (see the module comment). */
-function canonicalKeys(o: Record<string, unknown>): string[] {
-  return Object.keys(canonicalObject(o));
-}
-
-class Literal {
-  constructor(readonly text: string) {}
-}
-
-/**
- * The same text as the canonical walk and `JSON.stringify`, by an explicit stack: for
- * values nested deeper than either can recurse.
- */
-function canonicalJsonIterative(value: unknown): string | undefined {
-  const out: string[] = [];
-  const stack: unknown[] = [value];
-  const seen = new Set<object>();
-  while (stack.length > 0) {
-    const v = stack.pop();
-    if (v instanceof Literal) {
-      out.push(v.text);
-      continue;
-    }
-    if (v === null) {
-      out.push('null');
-      continue;
-    }
-    switch (typeof v) {
-      case 'string':
-        out.push(JSON.stringify(v));
-        break;
-      case 'number':
-        if (!Number.isFinite(v)) return undefined;
-        out.push(JSON.stringify(v));
-        break;
-      case 'boolean':
-        out.push(v ? 'true' : 'false');
-        break;
-      case 'object': {
-        if (seen.has(v)) return undefined;
-        seen.add(v);
-        if (Array.isArray(v)) {
-          out.push('[');
-          stack.push(new Literal(']'));
-          for (let i = v.length - 1; i >= 0; i--) {
-            stack.push(v[i] === undefined ? null : v[i]);
-            if (i > 0) stack.push(new Literal(','));
-          }
-        } else if (isPlainObject(v) && typeof v.toJSON !== 'function') {
-          const keys = canonicalKeys(v).filter((k) => v[k] !== undefined);
-          out.push('{');
-          stack.push(new Literal('}'));
-          for (let i = keys.length - 1; i >= 0; i--) {
-            const k = keys[i]!;
-            stack.push(v[k]);
-            stack.push(new Literal(`${i > 0 ? ',' : ''}${JSON.stringify(k)}:`));
-          }
-        } else return undefined;
-        break;
-      }
-      default:
-        return undefined;
-    }
-  }
-  return out.join('');
-}
-
-/**
- * The canonical text of `value`, or `undefined` when it is not plain JSON data. `checked`:
- * a value from code (checked for prototypes, toJSON and repeats), else from JSON.parse.
- */
-function stringify(value: unknown, checked: boolean): string | undefined {
-  try {
-    return JSON.stringify(canonicalCopy(value, checked ? new Set() : undefined));
-  } catch (error) {
-    if (error === NOT_PLAIN) return undefined;
-    // Nested deeper than the native recursion goes: same text, by the explicit stack.
-    if (error instanceof RangeError) return canonicalJsonIterative(value);
-    throw error;
-  }
-}
-
-/**
- * A canonical JSON text for plain JSON data (keys in canonical order, `undefined` members
- * dropped as JSON does), or `undefined` when the value is not plain JSON data.
- */
-export function canonicalJson(value: unknown): string | undefined {
-  if (value === undefined) return undefined;
-  return stringify(value, true);
-}
-
-/** Canonical text of a JSON document's text, or undefined when it is not JSON. */
-function canonicalJsonText(text: string): string | undefined {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  return stringify(parsed, false);
-}
-
-/** Hash any value canonically: plain JSON by the fast path, the rest by object-hash. */
-export function hashValue(value: unknown): string {
-  const canonical = canonicalJson(value);
-  if (canonical !== undefined) return sha256(`j${canonical}`);
-  return objectHashValue(value);
-}
-
-function objectHashValue(value: unknown): string {
-  return sha256(`o${objectHash(value as object, { algorithm: 'sha256', unorderedObjects: true })}`);
-}
+/** The version of the scheme new records are fingerprinted with. */
+export const FINGERPRINT_VERSION = 2;
+const PREFIX = `v${FINGERPRINT_VERSION}:`;
 
 export interface FingerprintInput {
   method: string;
   /** The request target: path plus optional `?query`. */
   url: string;
   headers: Record<string, string | readonly string[] | undefined>;
-  /** Raw bytes, a string, a parsed value, or undefined for no body. */
+  /**
+   * The body: raw bytes (a `Uint8Array` or a {@link RawBody}), a string, a {@link ParsedJsonBody},
+   * an {@link UploadBody}, a value a framework's parser made, or undefined for none.
+   */
   body: unknown;
   /** Lower-case header names that belong to the fingerprint. */
   fingerprintHeaders?: readonly string[];
   /** Replaces query, body and headers (method and path always count). */
   custom?: unknown;
-}
-
-/** Whether a content type is JSON (`application/json` or `…+json`); of a repeated header, the first. */
-export function isJsonType(contentType: string | readonly string[] | undefined): boolean {
-  const value = Array.isArray(contentType) ? contentType[0] : contentType;
-  if (typeof value !== 'string') return false;
-  const type = value.split(';', 1)[0]!.trim().toLowerCase();
-  return type === 'application/json' || type.endsWith('+json');
-}
-
-const PARSED_JSON: unique symbol = Symbol.for('idempotency-kit.parsed-json-body') as never;
-
-/**
- * A JSON body an adapter has parsed already (to hand the value to the handler): the
- * fingerprint uses the value instead of parsing the same bytes again. Same text as the
- * bytes would give; bytes that JSON cannot represent exactly (a number beyond a double)
- * count by themselves, as they would.
- */
-export class ParsedJsonBody {
-  /** Recognised by this brand, not `instanceof`: the CommonJS and ESM builds each have a copy of this class. */
-  readonly [PARSED_JSON] = true;
-  constructor(
-    readonly value: unknown,
-    readonly bytes: Uint8Array,
-  ) {}
-}
-
-function isParsedJsonBody(body: object): body is ParsedJsonBody {
-  return (body as { [PARSED_JSON]?: unknown })[PARSED_JSON] === true;
+  /** Only these fields of a JSON or form body count (`fingerprint: { include } | { exclude }`). */
+  fields?: FieldSelection;
 }
 
 /**
- * The body's part of the fingerprint text. JSON (by content type) counts by its canonical
- * text, whether the adapter hands over raw bytes or an already parsed value, so key order
- * and whitespace never matter; other bodies count by their bytes.
+ * A request's fingerprint: its value under the current scheme (what a new record stores),
+ * and how to compare it with a stored one made under whichever scheme wrote it.
  */
-function bodyPart(body: unknown, json: boolean): string | Uint8Array {
-  if (body === undefined || body === null) return '\u0000none';
-  if (typeof body === 'object' && isParsedJsonBody(body)) {
-    if (body.bytes.length === 0) return '\u0000none';
-    if (json) {
-      const canonical = stringify(body.value, false);
-      if (canonical !== undefined) return `\u0000json${canonical}`;
-    }
-    return body.bytes;
-  }
-  if (typeof body === 'string' || body instanceof Uint8Array) {
-    if (body.length === 0) return '\u0000none';
-    if (json) {
-      const text =
-        typeof body === 'string' ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
-      const canonical = canonicalJsonText(text);
-      if (canonical !== undefined) return `\u0000json${canonical}`;
-      // Invalid JSON: its bytes.
-    }
-    return body;
-  }
-  const canonical = canonicalJson(body);
-  if (canonical !== undefined) return `\u0000json${canonical}`;
-  return `\u0000value${objectHashValue(body)}`;
+export interface RequestFingerprint {
+  readonly value: string;
+  /** Whether `stored` (a record's fingerprint, of any scheme this release reads) is this request's. */
+  matches(stored: string): boolean;
 }
 
-/** The fingerprint of a request, base64url SHA-256. */
+/** A fingerprint as the engine takes it: a plain string (compared as it is) or a {@link RequestFingerprint}. */
+export type Fingerprint = string | RequestFingerprint;
+
+/** The value a new record stores. */
+export const fingerprintValue = (fingerprint: Fingerprint): string => (typeof fingerprint === 'string' ? fingerprint : fingerprint.value);
+
+/** Whether a stored fingerprint is the incoming request's, under the scheme that made it. */
+export function sameFingerprint(stored: string, fingerprint: Fingerprint): boolean {
+  return typeof fingerprint === 'string' ? stored === fingerprint : fingerprint.matches(stored);
+}
+
+/**
+ * The scheme a stored HTTP fingerprint was made with: 1 for the unprefixed first scheme,
+ * the version for a `v<N>:` one, `undefined` for anything else (an `idempotent()` record's
+ * `fn:` fingerprint).
+ */
+export function fingerprintScheme(stored: string): number | undefined {
+  const colon = stored.indexOf(':');
+  if (colon === -1) return 1;
+  const match = /^v(\d+)$/.exec(stored.slice(0, colon));
+  return match ? Number(match[1]) : undefined;
+}
+
+/** A body's contribution: a tag naming its kind, and a text or the bytes to hash. */
+type BodyDigest = { tag: string; text: string; chunks?: undefined } | { tag: 'bytes'; text?: undefined; chunks: readonly Uint8Array[] };
+
+const NONE: BodyDigest = { tag: 'none', text: '' };
+const bytesOf = (chunks: readonly Uint8Array[]): BodyDigest => ({ tag: 'bytes', chunks });
+const encoder = new TextEncoder();
+
+/** Canonical JSON text of a parsed value (filtered), or an object-hash for values that are not plain JSON data. */
+function valueDigest(tag: string, value: unknown, fields: FieldSelection | undefined, checked: boolean): BodyDigest {
+  const kept = fields ? fields.apply(value) : value;
+  // Nothing kept (every field left out): one text that no JSON text can be.
+  if (kept === undefined) return { tag, text: '' };
+  const canonical = canonicalJsonOf(kept, checked);
+  if (canonical !== undefined) return { tag, text: canonical };
+  return { tag: 'object', text: anyValueHash(kept) };
+}
+
+/** The bytes of a body, made when first needed (a string body is encoded only if it counts by its bytes). */
+type Chunks = () => readonly Uint8Array[];
+
+function jsonText(text: string | undefined, chunks: Chunks, fields: FieldSelection | undefined): BodyDigest {
+  if (text !== undefined) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      return bytesOf(chunks());
+    }
+    const digest = valueDigest('json', parsed, fields, false);
+    // A number JSON cannot hold (1e400 parses to Infinity): the bytes count.
+    if (digest.tag === 'json') return digest;
+  }
+  return bytesOf(chunks());
+}
+
+function formText(text: string | undefined, chunks: Chunks, fields: FieldSelection | undefined): BodyDigest {
+  const pairs = text === undefined ? undefined : formPairs(text);
+  if (pairs === undefined) return bytesOf(chunks());
+  const kept = fields ? pairs.filter(([name]) => fields.counts(name)) : pairs;
+  return { tag: 'form', text: JSON.stringify(sortPairs(kept)) };
+}
+
+function partsDigest(parts: readonly MultipartPart[], fields: FieldSelection | undefined): BodyDigest {
+  const kept = fields ? parts.filter((p) => fields.counts(p.name)) : parts;
+  return { tag: 'parts', text: JSON.stringify(kept.map((p) => [p.name, p.filename, p.type, p.sha256])) };
+}
+
+function multipart(contentType: string, chunks: readonly Uint8Array[], fields: FieldSelection | undefined): BodyDigest {
+  const boundary = multipartBoundary(contentType);
+  if (boundary === undefined) return bytesOf(chunks);
+  const scanner = new MultipartScanner(boundary);
+  for (const chunk of chunks) scanner.write(chunk);
+  const parts = scanner.end();
+  return parts === undefined ? bytesOf(chunks) : partsDigest(parts, fields);
+}
+
+function uploadDigest(fieldsValue: unknown, files: readonly UploadedFile[], fields: FieldSelection | undefined): BodyDigest {
+  // Fields as ordered pairs (a FormData's text entries), canonical as a form's are; else as the middleware parsed them.
+  const text =
+    fieldsValue instanceof URLSearchParams
+      ? formText(fieldsValue.toString(), () => [], fields)
+      : valueDigest('fields', fieldsValue ?? {}, fields, true);
+  const kept = fields ? files.filter((f) => fields.counts(f.name)) : files;
+  return { tag: 'upload', text: JSON.stringify([text.tag, text.text, kept.map((f) => [f.name, f.filename, f.type, f.sha256])]) };
+}
+
+function headerValue(headers: FingerprintInput['headers'], name: string): string {
+  const value = headers[name];
+  return typeof value === 'string' ? value : Array.isArray(value) ? (value[0] ?? '') : '';
+}
+
+const whole = (chunks: readonly Uint8Array[]): Uint8Array => (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
+
+/** A body's bytes (or its text, when a parser gave a string) read as their content type says. */
+function typedBytes(contentType: string, text: string | undefined, chunks: Chunks, fields: FieldSelection | undefined): BodyDigest {
+  const type = mediaType(contentType);
+  if (type === 'application/json' || type.endsWith('+json')) return jsonText(text ?? strictUtf8(whole(chunks())), chunks, fields);
+  if (type === 'application/x-www-form-urlencoded') return formText(text ?? strictUtf8(whole(chunks())), chunks, fields);
+  if (type === 'multipart/form-data') return multipart(contentType, chunks(), fields);
+  return bytesOf(chunks());
+}
+
+function bodyDigest(body: unknown, contentType: string, fields: FieldSelection | undefined): BodyDigest {
+  if (body === undefined || body === null) return NONE;
+  if (typeof body === 'string') {
+    if (body.length === 0) return NONE;
+    return typedBytes(contentType, body, () => [encoder.encode(body)], fields);
+  }
+  if (body instanceof Uint8Array) return body.byteLength === 0 ? NONE : typedBytes(contentType, undefined, () => [body], fields);
+  if (typeof body === 'object') {
+    if (isRawBody(body)) return body.byteLength === 0 ? NONE : typedBytes(contentType, undefined, () => body.chunks, fields);
+    if (isParsedJsonBody(body)) {
+      if (body.bytes.byteLength === 0) return NONE;
+      const digest = valueDigest('json', body.value, fields, false);
+      return digest.tag === 'json' ? digest : bytesOf([body.bytes]);
+    }
+    if (isUploadBody(body)) return uploadDigest(body.fields, body.files, fields);
+  }
+  // A value a framework's parser made: JSON by its content type, else a parsed value of another type.
+  const type = mediaType(contentType);
+  return valueDigest(type === 'application/json' || type.endsWith('+json') ? 'json' : 'value', body, fields, true);
+}
+
+/** The query's canonical form: the decoded pairs sorted by name (values of a name in order), or the raw text when it does not decode. */
+function canonicalQuery(url: string, q: number): FormPair[] | string {
+  if (q === -1) return [];
+  const text = url.slice(q + 1);
+  const pairs = formPairs(text);
+  return pairs === undefined ? text : sortPairs(pairs);
+}
+
+/** The fingerprint of a request under the current scheme: `v2:` + base64url SHA-256. */
 export function fingerprintRequest(input: FingerprintInput): string {
   const q = input.url.indexOf('?');
   const path = q === -1 ? input.url : input.url.slice(0, q);
-  let head = `${input.method.toUpperCase()}\u0000${path}\u0000`;
+  const method = input.method.toUpperCase();
   if (input.custom !== undefined) {
-    return sha256(`${head}custom\u0000${hashValue(input.custom)}`);
+    return PREFIX + sha256(`${JSON.stringify([method, path, null, null])}\u0000custom\u0000${hashValue(input.custom)}`);
   }
-  if (q !== -1) {
-    const pairs = [...new URLSearchParams(input.url.slice(q + 1))].sort(([a, x], [b, y]) =>
-      a < b ? -1 : a > b ? 1 : x < y ? -1 : x > y ? 1 : 0,
-    );
-    head += JSON.stringify(pairs);
-  }
-  head += '\u0000';
-  for (const name of input.fingerprintHeaders ?? []) {
-    const value = input.headers[name];
-    head += `${JSON.stringify([name, value ?? null])}\u0000`;
-  }
-  const body = bodyPart(input.body, isJsonType(input.headers['content-type']));
-  if (typeof body === 'string') return sha256(head + body);
-  // Bytes: hashed as they are (no decoding), after a marker.
-  return createHash('sha256').update(`${head}\u0000bytes`).update(body).digest('base64url');
+  const headers = (input.fingerprintHeaders ?? []).map((name) => [name, input.headers[name] ?? null]);
+  // JSON text holds no raw NUL: the first NUL ends the head, the next one the tag, and the
+  // body comes last, whatever it holds.
+  const head = JSON.stringify([method, path, canonicalQuery(input.url, q), headers]);
+  const body = bodyDigest(input.body, headerValue(input.headers, 'content-type'), input.fields);
+  const prefix = `${head}\u0000${body.tag}\u0000`;
+  if (body.chunks === undefined) return PREFIX + sha256(prefix + body.text);
+  const hash = createHash('sha256').update(prefix);
+  for (const chunk of body.chunks) hash.update(chunk);
+  return PREFIX + hash.digest('base64url');
+}
+
+/** What the first scheme's adapters handed over for this body. */
+function legacyBody(body: unknown): unknown {
+  if (typeof body !== 'object' || body === null) return body;
+  if (isRawBody(body)) return body.hasLegacy ? body.legacy : body.bytes();
+  if (isUploadBody(body)) return body.legacy;
+  return body;
+}
+
+/**
+ * The request's fingerprint under the current scheme, comparable with records made under
+ * the first scheme too (computed only when such a record is found).
+ */
+export function requestFingerprint(input: FingerprintInput): RequestFingerprint {
+  const value = fingerprintRequest(input);
+  let legacy: string | null | undefined;
+  const legacyValue = (): string | null => {
+    if (legacy !== undefined) return legacy;
+    const body = legacyBody(input.body);
+    if (body === NO_LEGACY) return (legacy = null);
+    try {
+      legacy = fingerprintRequestV1({ ...input, body });
+    } catch {
+      // A body the first scheme could not hash (it threw there too): no record of it exists.
+      legacy = null;
+    }
+    return legacy;
+  };
+  return {
+    value,
+    matches: (stored) => stored === value || (fingerprintScheme(stored) === 1 && stored === legacyValue()),
+  };
 }

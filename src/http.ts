@@ -6,7 +6,7 @@
  */
 import { Engine } from './engine.js';
 import { IdempotencyKeyError, isIdempotencyError, ScopeRequiredError, type IdempotencyError } from './errors.js';
-import { fingerprintRequest } from './fingerprint.js';
+import { FieldSelection, requestFingerprint, type FingerprintFields } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import type { Lease } from './lease.js';
 import { splitTtl, type EngineOptions } from './options.js';
@@ -54,10 +54,20 @@ export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, '
    */
   scope?: ((req: Req) => string | number | undefined | Promise<string | number | undefined>) | 'shared';
   /**
-   * Replaces query, body and headers in the fingerprint with what this returns (method
-   * and path always count). Use it to leave out fields that change between retries.
+   * What of a request makes "the same request" beyond its method and path
+   * (docs/semantics.md#the-fingerprint):
+   *
+   * - `{ exclude: ['metadata.sent_at'] }`: the body counts without these fields (a client
+   *   timestamp, a trace id that changes between retries);
+   * - `{ include: ['amount', 'customer.id'] }`: only these fields of the body count;
+   * - a function `(req) => value`: what it returns replaces query, body and headers.
+   *
+   * Paths are dotted, walk through arrays, and apply to JSON and form bodies
+   * (`metadata[sent_at]` in a form is `metadata.sent_at`); the query and
+   * `fingerprintHeaders` count whole.
+   * @default the whole query and body
    */
-  fingerprint?: (req: Req) => unknown;
+  fingerprint?: ((req: Req) => unknown) | FingerprintFields;
   /** Request headers that are part of the fingerprint. @default [] */
   fingerprintHeaders?: string[];
   /**
@@ -209,6 +219,7 @@ export class Idempotency<Req = unknown> {
   readonly #replayHeaders: ReadonlySet<string>;
   readonly #options: IdempotencyOptions<Req>;
   readonly #fingerprintHeaders: string[];
+  readonly #fields: FieldSelection | undefined;
   readonly #defaults: AdapterDefaults<Req> | undefined;
   readonly #ttl: ((req: Req, response: CapturedResponse) => number) | undefined;
 
@@ -250,7 +261,8 @@ export class Idempotency<Req = unknown> {
         throw new TypeError(`Expected \`scope\` to be a function or 'shared', got ${typeof options.scope === 'string' ? JSON.stringify(options.scope) : String(options.scope)}`);
       }
     }
-    if (options.fingerprint !== undefined) assertFunction('fingerprint', options.fingerprint);
+    // A function, or the paths of `{ include }` / `{ exclude }`, checked now.
+    if (options.fingerprint !== undefined && typeof options.fingerprint !== 'function') this.#fields = FieldSelection.from(options.fingerprint);
     if (options.storeResponse !== undefined) assertFunction('storeResponse', options.storeResponse);
     if (options.formatError !== undefined) assertFunction('formatError', options.formatError);
     const fingerprintHeaders = options.fingerprintHeaders ?? [];
@@ -326,13 +338,14 @@ export class Idempotency<Req = unknown> {
       scope = identity(this.#defaults!.principal!(request.raw));
       if (scope === undefined) return this.#problem(this.#scopeRequired());
     }
-    const fingerprint = fingerprintRequest({
+    const fingerprint = requestFingerprint({
       method: request.method,
       url: request.url,
       headers: request.headers,
       body,
       fingerprintHeaders: this.#fingerprintHeaders,
-      custom: options.fingerprint ? await options.fingerprint(request.raw) : undefined,
+      custom: typeof options.fingerprint === 'function' ? await options.fingerprint(request.raw) : undefined,
+      fields: this.#fields,
     });
     try {
       const acquired = await this.engine.acquire(key, scope, fingerprint);

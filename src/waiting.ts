@@ -7,6 +7,7 @@
  * the owners' completes on a shared connection pool.
  * @module
  */
+import { sameFingerprint, type Fingerprint } from './fingerprint.js';
 import type { IdempotencyRecord, IdempotencyStore, ProcessingRecord, SettleListener } from './store.js';
 
 /** While the store's wake-ups are live, look anyway after this long (a message lost unseen), doubling. */
@@ -127,7 +128,7 @@ export function within<T>(promise: Promise<T>, ms: number): Promise<T | typeof T
 
 export interface SettleWait {
   key: string;
-  fingerprint: string;
+  fingerprint: Fingerprint;
   /** The lease end of the record last seen: a crashed owner's key frees then, with no message. */
   leaseUntil: number | undefined;
   deadline: number;
@@ -289,7 +290,7 @@ export class WaitHub {
         // A record sent with the wake-up spares the read; a stale one (an earlier claim's)
         // is judged like any record by the caller, and at worst costs a claim.
         const found = brought === null ? undefined : brought !== undefined ? brought : await this.read(w.read);
-        if (found?.state !== 'processing' || found.fingerprint !== w.fingerprint) return found;
+        if (found?.state !== 'processing' || !sameFingerprint(found.fingerprint, w.fingerprint)) return found;
         leaseUntil = found.leaseUntil;
         if (w.now() >= w.deadline) return TIMED_OUT;
       }

@@ -8,7 +8,7 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { Readable, Transform } from 'node:stream';
 import { BodyTooLargeError } from '../../src/errors.js';
-import { isJsonType } from '../../src/fingerprint.js';
+import { isJsonType, RawBody } from '../../src/fingerprint.js';
 import { BodyRecorder } from './body-recorder.js';
 import type { CapturedResponse, HttpClaim, HttpRequestInfo } from '../../src/http.js';
 import type { HttpResponse } from '../../src/problem.js';
@@ -83,8 +83,11 @@ export function endAfterDrain(req: IncomingMessage, res: ServerResponse): void {
   req.resume();
 }
 
-/** Read the whole body, up to `limit` bytes; beyond it, BodyTooLargeError (413). */
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+/**
+ * Read the whole body, up to `limit` bytes; beyond it, BodyTooLargeError (413). The chunks
+ * are kept as they came (a large upload is never copied into one buffer here).
+ */
+export function readBody(req: IncomingMessage, limit: number): Promise<RawBody> {
   return new Promise((resolve, reject) => {
     const declared = Number(req.headers['content-length']);
     if (Number.isFinite(declared) && declared > limit) {
@@ -112,7 +115,7 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
     };
     const onEnd = () => {
       cleanup();
-      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      resolve(new RawBody(chunks, size));
     };
     const onError = (error: Error) => {
       cleanup();
@@ -130,31 +133,60 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
  * Make an already consumed request readable again with the same bytes, so the handler
  * (or a body parser after us) reads the body as usual: `for await`, `on('data')`, `pipe`.
  */
-export function restoreBody(req: IncomingMessage, body: Buffer): void {
+export function restoreBody(req: IncomingMessage, body: RawBody): void {
   // IncomingMessage is a Readable; re-running the Readable constructor gives it a fresh
   // readable state (listeners are kept), and an own _read stops it reading the socket.
   (Readable as unknown as { call(self: unknown, options: unknown): void }).call(req, {
     highWaterMark: req.readableHighWaterMark,
   });
   (req as unknown as { _read: () => void })._read = () => {};
-  if (body.length > 0) req.push(body);
+  // The chunks as they came: an upload parser after us reads them one by one, as from the socket.
+  for (const chunk of body.chunks) if (chunk.byteLength > 0) req.push(chunk);
   req.push(null);
 }
 
+/** Whether a content type is `multipart/form-data`. */
+export function isMultipart(contentType: string | undefined): boolean {
+  return contentType?.split(';', 1)[0]!.trim().toLowerCase() === 'multipart/form-data';
+}
+
+/**
+ * Parse a read body the way users expect on `req.body`: JSON, form, text or bytes. Bytes
+ * that came in several chunks (an upload) are joined only if something reads `req.body`.
+ */
+export function setRequestBody(req: IncomingMessage & { body?: unknown }, body: RawBody, contentType: string | undefined): void {
+  if (req.body !== undefined || body.byteLength === 0) return;
+  const type = contentType?.split(';', 1)[0]!.trim().toLowerCase() ?? '';
+  if (isJsonType(contentType) || type === 'application/x-www-form-urlencoded' || type.startsWith('text/') || body.chunks.length === 1) {
+    req.body = parseBody(body.bytes(), contentType);
+    return;
+  }
+  Object.defineProperty(req, 'body', {
+    get: () => body.bytes(),
+    // An upload parser after us (multer) sets its own: then it is a plain property again.
+    set(value: unknown) {
+      Object.defineProperty(req, 'body', { value, writable: true, configurable: true, enumerable: true });
+    },
+    configurable: true,
+    enumerable: true,
+  });
+}
+
 /** Parse a read body the way users expect on `req.body`: JSON, form, text or bytes. */
-export function parseBody(body: Buffer, contentType: string | undefined): unknown {
+export function parseBody(body: Buffer | Uint8Array, contentType: string | undefined): unknown {
   if (body.length === 0) return undefined;
+  const bytes = Buffer.isBuffer(body) ? body : Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   if (isJsonType(contentType)) {
     try {
-      return JSON.parse(body.toString('utf8'));
+      return JSON.parse(bytes.toString('utf8'));
     } catch {
-      return body; // not valid JSON: the handler decides what to answer
+      return bytes; // not valid JSON: the handler decides what to answer
     }
   }
   const type = contentType?.split(';', 1)[0]!.trim().toLowerCase() ?? '';
-  if (type === 'application/x-www-form-urlencoded') return Object.fromEntries(new URLSearchParams(body.toString('utf8')));
-  if (type.startsWith('text/')) return body.toString('utf8');
-  return body;
+  if (type === 'application/x-www-form-urlencoded') return Object.fromEntries(new URLSearchParams(bytes.toString('utf8')));
+  if (type.startsWith('text/')) return bytes.toString('utf8');
+  return bytes;
 }
 
 /** The client went away while its body was read: nothing for the server to log. */

@@ -5,10 +5,12 @@
  * only, so that it runs on Node, Bun and Deno alike.
  * @module
  */
+import { createHash } from 'node:crypto';
 import { BodyTooLargeError } from '../../src/errors.js';
+import { NO_LEGACY, RawBody, UploadBody, type UploadedFile } from '../../src/fingerprint.js';
 import type { CapturedResponse, HttpClaim, HttpRequestInfo, Idempotency } from '../../src/http.js';
 import type { HttpResponse } from '../../src/problem.js';
-import { BodyRecorder, concatBytes } from './body-recorder.js';
+import { BodyRecorder } from './body-recorder.js';
 
 const EMPTY = new Uint8Array(0);
 
@@ -21,14 +23,14 @@ export function assertDeclaredLength(headers: Headers, limit: number): void {
   if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
 }
 
-/** Read a request body stream whole, up to `limit` bytes (beyond it, BodyTooLargeError: 413; the rest is left unread). */
-async function readStream(stream: ReadableStream<Uint8Array>, limit: number): Promise<Uint8Array> {
+/** Read a request body stream's chunks, up to `limit` bytes (beyond it, BodyTooLargeError: 413; the rest is left unread). */
+async function readChunks(stream: ReadableStream<Uint8Array>, limit: number): Promise<{ chunks: Uint8Array[]; size: number }> {
   const reader = stream.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   for (;;) {
     const { done, value } = await reader.read();
-    if (done) return concatBytes(chunks, size);
+    if (done) return { chunks, size };
     size += value.byteLength;
     if (size > limit) {
       reader.cancel().catch(() => undefined);
@@ -39,33 +41,63 @@ async function readStream(stream: ReadableStream<Uint8Array>, limit: number): Pr
 }
 
 /**
+ * A form body something before the layer parsed into a `FormData` (Hono's `c.req.formData()`),
+ * for the fingerprint: its text entries in order and its files, hashed as they stream.
+ * Its bytes cannot be had again (serialising it again draws a new boundary), so no record
+ * of the release before the versioned fingerprint can match it.
+ */
+export async function formDataUpload(formData: FormData): Promise<UploadBody> {
+  const fields = new URLSearchParams();
+  const files: UploadedFile[] = [];
+  for (const [name, value] of formData) {
+    if (typeof value === 'string') {
+      fields.append(name, value);
+      continue;
+    }
+    const hash = createHash('sha256');
+    for await (const chunk of value.stream() as unknown as AsyncIterable<Uint8Array>) hash.update(chunk);
+    files.push({ name, filename: value.name, type: value.type === '' ? null : value.type, sha256: hash.digest('base64url') });
+  }
+  return new UploadBody(fields, files, NO_LEGACY);
+}
+
+/** Bodies up to this size are read whole by the runtime's `arrayBuffer()`; larger ones in their chunks. */
+const WHOLE_BODY_BYTES = 256 * 1024;
+
+/**
  * Read `request`'s body, consuming it, up to `limit` bytes (beyond it, BodyTooLargeError:
  * 413). A declared Content-Length without Transfer-Encoding is the body's exact size (an
- * HTTP/1.1 server reads no more), so such a body is read whole through the runtime's own
- * fast path (`arrayBuffer()`); a chunked one is read as a stream and counted.
+ * HTTP/1.1 server reads no more), so such a body, when small, is read whole through the
+ * runtime's own fast path (`arrayBuffer()`); a chunked or large one is read as a stream,
+ * counted, and kept in its chunks (an `arrayBuffer()` of an upload would hold it about
+ * three times over while it joins the chunks and copies the result).
  */
-export async function consumeBody(request: Request, limit: number): Promise<Uint8Array> {
+export async function consumeBody(request: Request, limit: number): Promise<Uint8Array | RawBody> {
   const method = request.method;
   if (method === 'GET' || method === 'HEAD') return EMPTY;
   const length = request.headers.get('content-length');
   const declared = length === null ? Number.NaN : Number(length);
   if (declared > limit) throw new BodyTooLargeError(limit);
-  if (Number.isFinite(declared) && !request.headers.has('transfer-encoding')) {
+  if (Number.isFinite(declared) && declared <= WHOLE_BODY_BYTES && !request.headers.has('transfer-encoding')) {
     return declared === 0 ? EMPTY : new Uint8Array(await request.arrayBuffer());
   }
   if (request.body === null) return EMPTY;
-  return readStream(request.body, limit);
+  const { chunks, size } = await readChunks(request.body, limit);
+  return new RawBody(chunks, size);
 }
 
 /**
  * The request's body bytes, up to `limit`, leaving the request itself unread: a clone is
  * read, so the handler gets the very object it would have got (a Next.js `NextRequest`
- * keeps its `nextUrl` and `cookies`) and reads the same bytes.
+ * keeps its `nextUrl` and `cookies`) and reads the same bytes. The clone's chunks are kept
+ * as they came (no copy into one buffer): with the copy the handler's branch of the body
+ * holds until it reads it, an upload costs about twice its size, not three times.
  */
-export async function readRequestBody(request: Request, limit: number): Promise<Uint8Array> {
+export async function readRequestBody(request: Request, limit: number): Promise<RawBody> {
   assertDeclaredLength(request.headers, limit);
-  if (request.body === null) return EMPTY;
-  return consumeBody(request.clone(), limit);
+  if (request.body === null || request.method === 'GET' || request.method === 'HEAD') return new RawBody([], 0);
+  const { chunks, size } = await readChunks(request.clone().body!, limit);
+  return new RawBody(chunks, size);
 }
 
 /**

@@ -78,7 +78,7 @@ export function viaHeaders<Raw>(options: WebAppOptions, headersOf: (raw: Raw) =>
   return {
     ...rest,
     ...(typeof scope === 'function' ? { scope: (raw: Raw) => scope(view(raw)) } : scope === undefined ? {} : { scope }),
-    ...(fingerprint ? { fingerprint: (raw: Raw) => fingerprint(view(raw)) } : {}),
+    ...(typeof fingerprint === 'function' ? { fingerprint: (raw: Raw) => fingerprint(view(raw)) } : fingerprint ? { fingerprint } : {}),
   } as IdempotencyOptions<Raw>;
 }
 
