@@ -283,7 +283,14 @@ export async function crashProof(options: CrashProofOptions & { published: numbe
   const byId = new Map<string, number[]>();
   for (const r of rows) byId.set(r.message_id, [...(byId.get(r.message_id) ?? []), Number(r.pid)]);
   const killedPids = new Set(killed.map((k) => k.proc.child.pid!));
-  const settledBy = (pid: number, id: string) => lines.some((l) => l.pid === pid && l.id === id && l.ev === 'settle');
+  // A process settled a message only if a settle line of its own follows its last run of
+  // it: an earlier settle (a conflict answered before it later ran the handler) does not count.
+  const settledBy = (pid: number, id: string) => {
+    const own = lines.filter((l) => l.pid === pid && l.id === id);
+    let lastRun = -1;
+    own.forEach((l, i) => { if (l.ev === 'run') lastRun = i; });
+    return own.some((l, i) => i > lastRun && l.ev === 'settle');
+  };
   const problems: string[] = [];
   let windowHits = 0;
   for (const [id, pids] of byId) {
