@@ -200,6 +200,30 @@ describe('fingerprint (H14)', () => {
       }
     });
 
+    it('H14: parts larger than the scanner reads at a time: a delimiter at any offset around its windows is found, and each part hashes to its own content', () => {
+      const next = seededRandom(11);
+      const noise = (n: number) => Buffer.from(Array.from({ length: n }, () => Math.floor(next() * 256)));
+      // The scanner searches 32 KiB at a time: put the next delimiter before, across and after such an edge.
+      for (const size of [32 * 1024 - 40, 32 * 1024 - 36, 32 * 1024 - 1, 32 * 1024, 32 * 1024 + 1, 32 * 1024 + 35, 64 * 1024 + 3, 100_000]) {
+        for (const shift of [0, 1, 17]) {
+          const first = noise(size - shift);
+          const second = noise(70_000 + shift);
+          const parts: Part[] = [
+            { name: 'a', filename: 'a.bin', content: first },
+            { name: 'b', filename: 'b.bin', content: second },
+          ];
+          const m = multipart(parts, { boundary: 'edge-boundary' });
+          // The digest names each part's own hash: a missed delimiter would fold b into a.
+          const other = multipart(parts, { boundary: 'Zz' });
+          expect(typed(m.type, m.body), `size ${size}, shift ${shift}`).toBe(typed(other.type, other.body));
+          const chunks = [m.body.subarray(0, 40_000), m.body.subarray(40_000)];
+          expect(typed(m.type, new RawBody(chunks, m.body.length)), `size ${size}, shift ${shift}, two chunks`).toBe(typed(m.type, m.body));
+          const merged = multipart([{ name: 'a', filename: 'a.bin', content: Buffer.concat([first, Buffer.from('\r\n--x'), second]) }], { boundary: 'edge-boundary' });
+          expect(typed(m.type, m.body)).not.toBe(typed(merged.type, merged.body));
+        }
+      }
+    });
+
     it('H14: content that holds most of a delimiter, CRLFs and dashes is read to the real one', () => {
       const tricky = Buffer.from('\r\n--b0undar\r\n--b0undarz\r\n-\r\n--\r\n\r\n-b0undary\r\n\r\n--b0undar');
       const m = multipart([{ name: 'f', filename: 'f.bin', content: tricky }], { boundary: 'b0undary' });
