@@ -38,6 +38,17 @@ export interface Scenario {
   run(t: ScenarioContext): Promise<void>;
 }
 
+/** What a scope function may return that is no identity (x-bad-scope picks one). */
+const badScopes: Record<string, unknown> = {
+  nan: Number.NaN,
+  infinity: Number.POSITIVE_INFINITY,
+  'minus-infinity': Number.NEGATIVE_INFINITY,
+  empty: '',
+  undefined: undefined,
+  null: null,
+  object: { id: 1 },
+};
+
 const payment = (amount: number) => ({ amount, currency: 'EUR' });
 
 /** Send the same request `n` times, one after the other. */
@@ -527,6 +538,21 @@ export const scenarios: Scenario[] = [
       expect(aAgain.body.equals(a.body)).toBe(true);
       expect(aAgain.headers['idempotent-replayed']).toBe('true');
       expect(t.app.calls.count('payments')).toBe(2);
+    },
+  },
+  {
+    rule: 'H15',
+    title: "a scope function returning NaN, ±Infinity, '', undefined, null or an object: 500 scope-required, never the shared space",
+    options: { scope: (req) => badScopes[req.headers['x-bad-scope'] as string] as string },
+    async run(t) {
+      const key = t.key();
+      for (const name of Object.keys(badScopes)) {
+        const reply = await t.send({ path: '/payments', key, body: payment(1), headers: { 'x-bad-scope': name } });
+        expect(reply.status, name).toBe(500);
+        expect(reply.json(), name).toMatchObject({ code: 'scope-required' });
+      }
+      expect(t.app.calls.count('payments')).toBe(0);
+      expect(t.storeCalls.claim).toBe(0);
     },
   },
   // ------------------------------------------------------------------ H16
