@@ -447,6 +447,29 @@ export const scenarios: Scenario[] = [
       expect(t.app.calls.count('slow')).toBe(1);
     },
   },
+  {
+    rule: 'H13 H17',
+    title: 'a handler that hangs after its client left holds the key only until leaseMs: renewal stops at the disconnect',
+    // The retry does not hang: its query differs, so the fingerprint leaves the query out.
+    options: { leaseMs: 400, fingerprint: () => 'the same request' },
+    async run(t) {
+      const key = t.key();
+      const hangMs = 8000;
+      const started = Date.now();
+      await sendAndAbort(t.app.url, { path: `/slow?ms=${hangMs}`, key, body: payment(9) }, 100);
+      // Renewed (the bug), the key answers 409 until the first run ends, then replays it.
+      // Freed after the lease, a retry runs the handler again (its second run, n = 2).
+      let retry: Reply;
+      for (;;) {
+        retry = await t.send({ path: '/slow?ms=1', key, body: payment(9) });
+        if (retry.status !== 409 || Date.now() - started > hangMs) break;
+        await sleep(100);
+      }
+      expect(retry.status, retry.text).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(retry.json().n).toBe(2);
+    },
+  },
   // ------------------------------------------------------------------ H14
   {
     rule: 'H14',
