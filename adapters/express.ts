@@ -18,6 +18,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
 import type { RawBody } from '../src/fingerprint.js';
 import {
+  abandonOnClose,
   assertDeclaredLength,
   bodyConsumed,
   captureResponse,
@@ -114,12 +115,10 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
     // res.json, res.send, res.redirect, res.sendFile and Express's error handler all end in
     // res.write / res.end: the response is stored (or released) whoever writes it.
     const capture = captureResponse(res, claim);
-    res.on('close', () => {
-      // Closed before anything ended the response: the client left (the handler may still
-      // finish and store its answer) or an error after the headers went out made
-      // Express destroy the socket. Either way the claim now lives on its lease only.
-      if (!capture.ended) claim.abandon();
-    });
+    // Closed before anything ended the response: the client left (the handler may still
+    // finish and store its answer) or an error after the headers went out made Express
+    // destroy the socket. Either way the claim now lives on its lease only.
+    abandonOnClose(res, claim, () => capture.ended);
     next();
   };
 }

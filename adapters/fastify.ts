@@ -234,7 +234,9 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     if (decision.type === 'pass') return;
     state.claim = decision.claim;
     (reply.raw as unknown as Stateful)[STATE] = state;
-    reply.raw.on('close', onRawClose);
+    // A client gone already (it left while the claim was being made) counts at once.
+    if (reply.raw.destroyed) onRawClose.call(reply.raw);
+    else reply.raw.on('close', onRawClose);
   });
 
   fastify.addHook('onError', async function idempotencyError(request, _reply, error) {

@@ -19,7 +19,7 @@
 import type { Context, Middleware, Next } from 'koa';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import type { RawBody } from '../src/fingerprint.js';
-import { assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
+import { abandonOnClose, assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
 import { uploadBody, type UploadSource } from './internal/uploads.js';
 
 /** Every option of `IdempotencyOptions`; `scope` and `fingerprint` get the Koa context. */
@@ -152,6 +152,8 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
       return;
     }
     const { claim } = decision;
+    // The client left before the response ended: the claim now lives on its lease only.
+    abandonOnClose(ctx.res, claim, () => false);
     try {
       await next();
     } catch (error) {

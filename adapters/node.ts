@@ -14,7 +14,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isJsonType, ParsedJsonBody, type RawBody } from '../src/fingerprint.js';
 import { Idempotency, type IdempotencyOptions } from '../src/http.js';
-import { captureResponse, isClientAbort, keyHeaderLines, readBody, restoreBody, sendResponse, setRequestBody } from './internal/node-io.js';
+import { abandonOnClose, captureResponse, isClientAbort, keyHeaderLines, readBody, restoreBody, sendResponse, setRequestBody } from './internal/node-io.js';
 
 /** The request a wrapped handler receives: the body is still readable, and parsed on `req.body`. */
 export type IdempotentRequest = IncomingMessage & { body?: unknown };
@@ -111,6 +111,8 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
     }
     const { claim } = decision;
     const capture = captureResponse(res, claim);
+    // The client left first: the claim now lives on its lease only (the handler may still finish).
+    abandonOnClose(res, claim, () => capture.ended);
     try {
       await handler(req, res);
     } catch (error) {

@@ -44,8 +44,9 @@ export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, '
    * so one client never receives another's response (docs/semantics.md#security).
    *
    * - a function `(req) => id`: the tenant or user id of the request (never a raw token or
-   *   password: scope by identity, so a refreshed token still replays). Returning
-   *   `undefined` puts that request in the one shared space.
+   *   password: scope by identity, so a refreshed token still replays). It must return a
+   *   non-empty string or a finite number; anything else (`undefined`, `''`, `NaN`, an
+   *   object) is answered 500 `scope-required`, never the shared space.
    * - `'shared'`: one key space for every client (keys must then be unguessable).
    * - not set: the authenticated user that the framework's usual auth middleware sets
    *   (each adapter's page says where it looks). A request without one is refused with a
@@ -328,12 +329,10 @@ export class Idempotency<Req = unknown> {
     const options = this.#options;
     let scope: string | undefined;
     if (typeof options.scope === 'function') {
-      const found: unknown = await options.scope(request.raw);
-      // A numeric user id is an identity too (`(req) => req.user.id` with a number).
-      scope = typeof found === 'number' || typeof found === 'bigint' ? identity(found) : (found as string | undefined);
-      if (scope !== undefined && typeof scope !== 'string') {
-        throw new TypeError(`Expected \`scope(req)\` to return a string, a number or undefined, got ${typeof scope}`);
-      }
+      // Only a non-empty string or a finite number is an identity: anything else (NaN from
+      // `Number(id)`, '', undefined, an object) is refused, never the shared space.
+      scope = identity(await options.scope(request.raw));
+      if (scope === undefined) return this.#problem(this.#scopeInvalid());
     } else if (options.scope === undefined) {
       scope = identity(this.#defaults!.principal!(request.raw));
       if (scope === undefined) return this.#problem(this.#scopeRequired());
@@ -377,6 +376,14 @@ export class Idempotency<Req = unknown> {
       `No \`scope\` option and no authenticated user on this request (looked at ${d.principalSource ?? 'the usual places'}), ` +
         `so its key cannot be kept apart from other clients' keys. Put the idempotency layer after your authentication, ` +
         `or pass \`scope: ${d.scopeExample ?? '(req) => req.user.id'}\`, or \`scope: 'shared'\` if all clients may share keys.`,
+    );
+  }
+
+  #scopeInvalid(): ScopeRequiredError {
+    return new ScopeRequiredError(
+      'The `scope` function returned no identity for this request (it must return a non-empty string or a finite number), ' +
+        "so its key cannot be kept apart from other clients' keys. Return the authenticated user or tenant id, " +
+        "or pass `scope: 'shared'` if all clients may share keys.",
     );
   }
 

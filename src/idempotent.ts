@@ -9,7 +9,7 @@
 import { createHash } from 'node:crypto';
 import { Engine } from './engine.js';
 import { isTransactionalStore, type TransactionalStore } from './transaction.js';
-import { IdempotencyKeyError, ResultNotStorableError } from './errors.js';
+import { IdempotencyKeyError, ResultNotStorableError, ScopeRequiredError } from './errors.js';
 import { hashValue } from './fingerprint.js';
 import { splitTtl, type EngineOptions } from './options.js';
 import { deserializeResult, serializeResult } from './serialize.js';
@@ -35,8 +35,13 @@ export interface IdempotentOptions<Args extends readonly unknown[], Result = unk
    * `undefined`, `null` or `''` rejects the call with IdempotencyKeyError before fn runs.
    */
   key: (...args: Args) => string;
-  /** The tenant of a call; the same key in two scopes is two records. */
-  scope?: (...args: Args) => string | undefined;
+  /**
+   * The tenant of a call; the same key in two scopes is two records. It must return a
+   * non-empty string or a finite number: anything else (`undefined`, `''`, `NaN`, an
+   * object) rejects the call with ScopeRequiredError (`scope-required`) before fn runs,
+   * never the shared space. Without `scope`, every call shares one key space.
+   */
+  scope?: (...args: Args) => string | number;
   /**
    * What identifies the request behind the key, e.g. the message body; a later call with
    * the same key and a different fingerprint throws IdempotencyMismatchError. Bytes
@@ -159,16 +164,20 @@ export function idempotent<F extends AnyFunction>(
   if (scopeFn !== undefined) assertFunction('scope', scopeFn);
   if (fingerprintFn !== undefined) assertFunction('fingerprint', fingerprintFn);
 
+  const scopeOf = (value: unknown): string => {
+    if ((typeof value === 'string' && value !== '') || (typeof value === 'number' && Number.isFinite(value))) return String(value);
+    throw new ScopeRequiredError(
+      `The \`scope\` function returned ${show(value)}, not a non-empty string or a finite number: the call's key cannot be kept apart from other tenants' keys, so fn was not run.`,
+    );
+  };
+
   return async function idempotentCall(this: ThisParameterType<F>, ...args: Parameters<F>): Promise<Awaited<ReturnType<F>>> {
     // Everything about the call is checked before fn can run.
     const key: unknown = keyFn(...args);
     if (key === undefined || key === null) throw new IdempotencyKeyError(undefined, 'The key function returned no key.');
     if (typeof key !== 'string') throw new TypeError(`Expected \`key()\` to return a string, got ${show(key)}`);
     if (key === '') throw new IdempotencyKeyError('empty', 'The key function returned an empty key.');
-    const scope: unknown = scopeFn?.(...args);
-    if (scope !== undefined && typeof scope !== 'string') {
-      throw new TypeError(`Expected \`scope()\` to return a string or undefined, got ${show(scope)}`);
-    }
+    const scope = scopeFn === undefined ? undefined : scopeOf(scopeFn(...args));
     const fingerprint = fingerprintFn ? fingerprintOf(fingerprintFn(...args)) : FINGERPRINT_PREFIX;
     const run = inTransaction
       ? // Unprotected (the store failed and onStoreError is 'continue'): still one transaction, without a record.

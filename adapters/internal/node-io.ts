@@ -414,6 +414,21 @@ export function captureStream(source: Readable, claim: HttpClaim, head: Omit<Cap
   return tee;
 }
 
+/**
+ * Stop renewing the claim's lease once the client is gone before the response ended (the
+ * handler may still finish and store its answer within the lease): a handler that hangs
+ * after its client left then holds the key only until the lease ends. A client already
+ * gone (it left while the claim was being made) counts at once. `ended` says whether the
+ * response ended first.
+ */
+export function abandonOnClose(res: ServerResponse, claim: HttpClaim, ended: () => boolean): void {
+  const onClose = () => {
+    if (!ended() && !res.writableFinished) claim.abandon();
+  };
+  if (res.destroyed) onClose();
+  else res.once('close', onClose);
+}
+
 /** The key header's lines, one entry per line, so repeated lines are spotted. */
 export function keyHeaderLines(req: IncomingMessage, headerName: string): string[] | string | undefined {
   const joined = req.headers[headerName];

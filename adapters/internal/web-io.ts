@@ -331,7 +331,15 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     await claim.fail(error);
     throw error;
   }
-  const head: Head = { status: response.status, headers: headersRecord(response.headers) };
+  let head: Head;
+  try {
+    // A server's Response may check header values only when they are read (@hono/node-server
+    // does): a value refused here is the handler's error, and the claim is released.
+    head = { status: response.status, headers: headersRecord(response.headers) };
+  } catch (error) {
+    await claim.fail(error);
+    throw error;
+  }
   const known = knownBody(response, claim.maxResponseBytes);
   if (known !== undefined) {
     // Nothing read from it: the server sends it as it would have without us.
@@ -357,7 +365,14 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     await claim.finish({ ...head, body });
     return new Response(body as ResponseBody, response);
   }
-  return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), response);
+  try {
+    return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), response);
+  } catch (error) {
+    // Not sent, so never read: the claim would otherwise be left to its lease timer.
+    reader.cancel().catch(() => undefined);
+    await claim.fail(error);
+    throw error;
+  }
 }
 
 /** A platform's `waitUntil` (Cloudflare Workers, Vercel and Netlify edge functions): keep the invocation alive for a promise. */

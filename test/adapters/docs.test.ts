@@ -51,7 +51,7 @@ describe('docs/adapters: the example on each page runs as written', () => {
       try {
         await untilListening(port, () => (child.exitCode === null ? undefined : output));
         const url = `http://127.0.0.1:${port}`;
-        const order = { path: '/orders', key: '8e03978e', body: { sku: 'A1' } };
+        const order = { path: '/orders', key: '8e03978e', body: { sku: 'A1' }, headers: { 'x-account-id': 'acct_1' } };
         const first = await send(url, order);
         expect(first.status, output).toBe(201);
         expect(first.json()).toEqual({ id: 1, sku: 'A1' });
@@ -84,7 +84,7 @@ describe('docs/adapters: the example on each page runs as written', () => {
       });
       const context = { params: Promise.resolve({}) };
       const out = [];
-      for (const [key, account] of [['8e03978e'], ['8e03978e'], [], ['8e03978e', 'acct_2']]) {
+      for (const [key, account] of [['8e03978e', 'acct_1'], ['8e03978e', 'acct_1'], [undefined, 'acct_1'], ['8e03978e', 'acct_2']]) {
         const response = await POST(order(key, account), context);
         out.push({ status: response.status, replayed: response.headers.get('idempotent-replayed'), location: response.headers.get('location'), body: await response.json() });
       }

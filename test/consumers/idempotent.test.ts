@@ -16,6 +16,7 @@ import {
   IdempotencyConflictError,
   IdempotencyError,
   IdempotencyKeyError,
+  ScopeRequiredError,
   IdempotencyMismatchError,
   ResponseNotReplayableError,
   ResultNotStorableError,
@@ -502,7 +503,7 @@ describe('idempotent() options, keys and types', () => {
 
   it('a bad key is refused before fn runs: missing -> key-missing, empty -> key-invalid, not a string -> TypeError', async () => {
     const { fn: f, calls } = counted((k: unknown) => k);
-    const handle = idempotent(f, { store, key: (k) => k as string, scope: () => undefined });
+    const handle = idempotent(f, { store, key: (k) => k as string });
     for (const missing of [undefined, null]) {
       const error = await handle(missing).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(IdempotencyKeyError);
@@ -510,8 +511,6 @@ describe('idempotent() options, keys and types', () => {
     }
     expect(await handle('').catch((e: unknown) => e)).toMatchObject({ code: 'key-invalid', reason: 'empty' });
     await expect(handle(42)).rejects.toThrow(new TypeError('Expected `key()` to return a string, got 42'));
-    const badScope = idempotent(f, { store, key: () => 'k', scope: () => 7 as unknown as string });
-    await expect(badScope('x')).rejects.toThrow(new TypeError('Expected `scope()` to return a string or undefined, got 7'));
     const throwingKey = new Error('no id on this message');
     const keyThrows = idempotent(f, {
       store,
@@ -521,6 +520,19 @@ describe('idempotent() options, keys and types', () => {
     });
     expect(await keyThrows('x').catch((e: unknown) => e)).toBe(throwingKey);
     expect(calls).toHaveLength(0);
+  });
+
+  it("H15: a scope function returning NaN, ±Infinity, '', undefined, null or an object rejects with ScopeRequiredError, fn not run", async () => {
+    const { fn: f, calls } = counted((k: string) => k);
+    for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, '', undefined, null, { id: 1 }]) {
+      const handle = idempotent(f, { store, key: (k) => k, scope: () => bad as string });
+      const error = await handle('shared-key').catch((e: unknown) => e);
+      expect(error, String(bad)).toBeInstanceOf(ScopeRequiredError);
+      expect(error).toMatchObject({ code: 'scope-required' });
+    }
+    expect(calls).toHaveLength(0);
+    // A finite number is an identity, as on the HTTP layer.
+    expect(await idempotent(f, { store, key: (k) => k, scope: () => 7 })('numbered')).toBe('numbered');
   });
 
   it('keys are opaque: long, unicode and case-different keys are distinct records (S7 hashing)', async () => {

@@ -38,6 +38,17 @@ export interface Scenario {
   run(t: ScenarioContext): Promise<void>;
 }
 
+/** What a scope function may return that is no identity (x-bad-scope picks one). */
+const badScopes: Record<string, unknown> = {
+  nan: Number.NaN,
+  infinity: Number.POSITIVE_INFINITY,
+  'minus-infinity': Number.NEGATIVE_INFINITY,
+  empty: '',
+  undefined: undefined,
+  null: null,
+  object: { id: 1 },
+};
+
 const payment = (amount: number) => ({ amount, currency: 'EUR' });
 
 /** Send the same request `n` times, one after the other. */
@@ -436,6 +447,29 @@ export const scenarios: Scenario[] = [
       expect(t.app.calls.count('slow')).toBe(1);
     },
   },
+  {
+    rule: 'H13 H17',
+    title: 'a handler that hangs after its client left holds the key only until leaseMs: renewal stops at the disconnect',
+    // The retry does not hang: its query differs, so the fingerprint leaves the query out.
+    options: { leaseMs: 400, fingerprint: () => 'the same request' },
+    async run(t) {
+      const key = t.key();
+      const hangMs = 8000;
+      const started = Date.now();
+      await sendAndAbort(t.app.url, { path: `/slow?ms=${hangMs}`, key, body: payment(9) }, 100);
+      // Renewed (the bug), the key answers 409 until the first run ends, then replays it.
+      // Freed after the lease, a retry runs the handler again (its second run, n = 2).
+      let retry: Reply;
+      for (;;) {
+        retry = await t.send({ path: '/slow?ms=1', key, body: payment(9) });
+        if (retry.status !== 409 || Date.now() - started > hangMs) break;
+        await sleep(100);
+      }
+      expect(retry.status, retry.text).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(retry.json().n).toBe(2);
+    },
+  },
   // ------------------------------------------------------------------ H14
   {
     rule: 'H14',
@@ -527,6 +561,21 @@ export const scenarios: Scenario[] = [
       expect(aAgain.body.equals(a.body)).toBe(true);
       expect(aAgain.headers['idempotent-replayed']).toBe('true');
       expect(t.app.calls.count('payments')).toBe(2);
+    },
+  },
+  {
+    rule: 'H15',
+    title: "a scope function returning NaN, ±Infinity, '', undefined, null or an object: 500 scope-required, never the shared space",
+    options: { scope: (req) => badScopes[req.headers['x-bad-scope'] as string] as string },
+    async run(t) {
+      const key = t.key();
+      for (const name of Object.keys(badScopes)) {
+        const reply = await t.send({ path: '/payments', key, body: payment(1), headers: { 'x-bad-scope': name } });
+        expect(reply.status, name).toBe(500);
+        expect(reply.json(), name).toMatchObject({ code: 'scope-required' });
+      }
+      expect(t.app.calls.count('payments')).toBe(0);
+      expect(t.storeCalls.claim).toBe(0);
     },
   },
   // ------------------------------------------------------------------ H16
