@@ -4,7 +4,7 @@
  * (drivers/registry.ts) all say what it says. The JSON files and the registry's list are
  * rewritten by `npm run sync-entries`; this test fails while they disagree with the list.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { DRIVERS } from '../drivers/registry.js';
@@ -72,6 +72,9 @@ describe('entry points: one list', () => {
     expect(registry, fix).toBe(registrySource(registry, lines));
     const driverEntries = subpaths.filter((sub) => sub.startsWith('./drivers/'));
     expect(lines.map((line) => `./drivers/${line.name}`)).toEqual(driverEntries);
+    // No definition without its entry (createStore() would not know the driver).
+    const definitions = readdirSync(`${root}drivers`).flatMap((file) => /^(.+)-definition\.ts$/.exec(file)?.[1] ?? []);
+    expect(definitions.sort(), 'a drivers/<name>-definition.ts needs its line ./drivers/<name> in entries.ts').toEqual(lines.map((line) => line.name).sort());
     expect(DRIVERS.map((driver) => driver.name)).toEqual(lines.map((line) => line.name));
     // Each loader reaches a factory (the workerd-only one stays unloaded in Node).
     for (const driver of DRIVERS.filter((d) => d.name !== 'durable-objects')) expect(typeof (await driver.load()), driver.name).toBe('function');
