@@ -11,7 +11,8 @@ import http from 'node:http';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
-import { startApp, type AppBuilder, type RunningApp } from '../adapters/apps.js';
+import type { RunningApp } from '../adapters/apps.js';
+import type { AppStarter } from './http-conformance.suite.js';
 
 const ROUNDS = 20;
 const BODY = Buffer.alloc(3 * 1024 * 1024, 'x');
@@ -43,12 +44,12 @@ function* chunks(body: Buffer, size: number): Generator<Buffer> {
   for (let i = 0; i < body.length; i += size) yield body.subarray(i, i + size);
 }
 
-/** Register the early-answer tests for `adapter`, its app built by `build`. */
-export function earlyAnswerSuite(adapter: string, build: AppBuilder): void {
+/** Register the early-answer tests for `adapter`, its app started by `start`. */
+export function earlyAnswerSuite(adapter: string, start: AppStarter): void {
   describe(`${adapter}: an early answer reaches a client that is still sending`, () => {
     let app: RunningApp;
     beforeAll(async () => {
-      app = await startApp(adapter, { store: memoryStore() }, build);
+      app = await start(adapter, { store: memoryStore() });
     });
     afterAll(() => app?.close());
 

@@ -6,17 +6,18 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
-import { startApp, type AppBuilder, type AppOptions, type RunningApp } from '../adapters/apps.js';
+import type { AppOptions, RunningApp } from '../adapters/apps.js';
 import { expectProblem, send } from '../adapters/client.js';
+import type { AppStarter } from './http-conformance.suite.js';
 
 let n = 0;
 const key = () => `fp-http-${process.pid}-${n++}`;
 
-function suite(adapter: string, build: AppBuilder, options: Partial<AppOptions>, run: (app: () => RunningApp) => void) {
+function suite(adapter: string, start: AppStarter, options: Partial<AppOptions>, run: (app: () => RunningApp) => void) {
   const store = memoryStore();
   let app: RunningApp;
   beforeAll(async () => {
-    app = await startApp(adapter, { store, ...options }, build);
+    app = await start(adapter, { store, ...options });
   });
   afterAll(async () => {
     await app?.close();
@@ -25,10 +26,10 @@ function suite(adapter: string, build: AppBuilder, options: Partial<AppOptions>,
   run(() => app);
 }
 
-/** Register the fingerprint-over-HTTP tests for `adapter`, its app built by `build`. */
-export function fingerprintHttpSuite(adapter: string, build: AppBuilder): void {
+/** Register the fingerprint-over-HTTP tests for `adapter`, its app started by `start`. */
+export function fingerprintHttpSuite(adapter: string, start: AppStarter): void {
   describe(`${adapter}: the fingerprint over HTTP`, () => {
-    suite(adapter, build, {}, (app) => {
+    suite(adapter, start, {}, (app) => {
       it('H14: the query in another order replays; a repeated name’s values in another order is 422', async () => {
         const k = key();
         const first = await send(app().url, { path: '/payments?a=1&b=2&ids=1&ids=2', key: k, body: { amount: 1 } });
@@ -48,7 +49,7 @@ export function fingerprintHttpSuite(adapter: string, build: AppBuilder): void {
       });
     });
 
-    suite(adapter, build, { fingerprint: { exclude: ['metadata.sent_at'] } }, (app) => {
+    suite(adapter, start, { fingerprint: { exclude: ['metadata.sent_at'] } }, (app) => {
       it('H14: fingerprint: { exclude } leaves a changing field out; the rest still counts', async () => {
         const k = key();
         const first = await send(app().url, { path: '/payments', key: k, body: { amount: 3, metadata: { sent_at: 1, order: 'o' } } });
@@ -59,7 +60,7 @@ export function fingerprintHttpSuite(adapter: string, build: AppBuilder): void {
       });
     });
 
-    suite(adapter, build, { fingerprint: { include: ['amount'] } }, (app) => {
+    suite(adapter, start, { fingerprint: { include: ['amount'] } }, (app) => {
       it('H14: fingerprint: { include } counts only the paths', async () => {
         const k = key();
         await send(app().url, { path: '/payments', key: k, body: { amount: 3, note: 'a' } });

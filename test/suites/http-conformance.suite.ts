@@ -707,8 +707,11 @@ export interface ScenarioHost {
   close(): Promise<void>;
 }
 
-/** Apps built by `build` in this process, on a store of `kind`, counted by wrappers around the store and `onEvent`. */
-function inProcess(kind: () => StoreKind, build: AppBuilder): () => ScenarioHost {
+/** Starts one app of `adapter` for a test (in this process). */
+export type AppStarter = (adapter: string, options: AppOptions) => Promise<RunningApp>;
+
+/** Apps started by `start` in this process, on a store of `kind`, counted by wrappers around the store and `onEvent`. */
+function inProcess(kind: () => StoreKind, start: AppStarter): () => ScenarioHost {
   return () => {
     const stores = kind();
     return {
@@ -717,15 +720,11 @@ function inProcess(kind: () => StoreKind, build: AppBuilder): () => ScenarioHost
         const own = scenario.store !== undefined;
         const base =
           scenario.store === 'unreachable' ? stores.unreachable() : scenario.store === 'hanging' ? hangingStore() : stores.create();
-        const app = await startApp(
-          adapter,
-          {
-            store: countingStore(base, observed.storeCalls),
-            onEvent: (event) => observed.events.push(event),
-            ...scenario.options,
-          },
-          build,
-        );
+        const app = await start(adapter, {
+          store: countingStore(base, observed.storeCalls),
+          onEvent: (event) => observed.events.push(event),
+          ...scenario.options,
+        });
         return {
           app,
           async close() {
@@ -784,18 +783,24 @@ export interface HttpConformanceSuiteOptions {
 
 /**
  * Register the whole table for one adapter, on memory and on Redis, and the other tests
- * every adapter passes; `app` builds the adapter's app (the routes of ../adapters/apps.ts).
+ * every adapter passes. `app` builds the adapter's app (the routes of ../adapters/apps.ts,
+ * started by `startApp`), or `{ start }` starts it a way of its own.
  */
-export async function httpConformanceSuite(adapter: string, app: AppBuilder, { extra = [] }: HttpConformanceSuiteOptions = {}): Promise<void> {
+export async function httpConformanceSuite(
+  adapter: string,
+  app: AppBuilder | { start: AppStarter },
+  { extra = [] }: HttpConformanceSuiteOptions = {},
+): Promise<void> {
+  const start: AppStarter = typeof app === 'function' ? (name, options) => startApp(name, options, app) : app.start;
   const redis = await serviceAvailable('Redis', REDIS_URL);
   const table = [...scenarios, ...extra];
 
   describe(`${adapter} adapter conformance (memory store)`, () => {
-    runScenarios(adapter, inProcess(memoryKind, app), table);
+    runScenarios(adapter, inProcess(memoryKind, start), table);
   });
   describe.skipIf(!redis)(`${adapter} adapter conformance (Redis store)`, () => {
-    runScenarios(adapter, inProcess(redisKind, app), table);
+    runScenarios(adapter, inProcess(redisKind, start), table);
   });
-  earlyAnswerSuite(adapter, app);
-  fingerprintHttpSuite(adapter, app);
+  earlyAnswerSuite(adapter, start);
+  fingerprintHttpSuite(adapter, start);
 }
