@@ -2,9 +2,10 @@
  * The package's entry points: each public sub-path and the source file it is built from.
  * This list is the only place they are written. Adding an entry is one line here, then
  * `npm run sync-entries`, which rewrites package.json (`exports`, `typesVersions`, and
- * `main`/`module`/`types` for the root) and
- * tsconfig.json (`paths`). tsup.config.ts and vitest.config.ts read the list when they load,
- * and test/entries.test.ts fails while package.json or tsconfig.json disagree with it.
+ * `main`/`module`/`types` for the root), tsconfig.json (`paths`) and the list of drivers in
+ * drivers/registry.ts (for `createStore()`). tsup.config.ts and vitest.config.ts read the
+ * list when they load, and test/entries.test.ts fails while package.json, tsconfig.json or
+ * the registry disagree with it.
  * The `idempotency-kit` command (package.json `bin`) is not an entry: tsup.config.ts builds it.
  * @module
  */
@@ -19,10 +20,12 @@ export const entries = {
   './koa': 'adapters/koa.ts',
   './fetch': 'adapters/fetch.ts',
   './hono': 'adapters/hono.ts',
+  // Drivers: each also has drivers/<name>-definition.ts, and `npm run sync-entries` lists it
+  // in drivers/registry.ts for `createStore()`, in this order (the order its messages use).
   './drivers/memory': 'drivers/memory.ts',
+  './drivers/sqlite': 'drivers/sqlite.ts',
   './drivers/redis': 'drivers/redis.ts',
   './drivers/postgres': 'drivers/postgres.ts',
-  './drivers/sqlite': 'drivers/sqlite.ts',
   './drivers/mysql': 'drivers/mysql.ts',
   './drivers/durable-objects': 'drivers/durable-objects.ts',
   './drivers/d1': 'drivers/d1.ts',

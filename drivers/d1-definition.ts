@@ -8,6 +8,7 @@ import { sqlOptions, type DriverDefinition } from './definition.js';
 
 export const d1Driver: DriverDefinition = {
   name: 'd1',
+  factory: 'd1Store',
   schemes: [],
   forms: [],
   packages: [],

@@ -3,7 +3,7 @@
  * definitions share. Each driver's definition lives in its own small module beside it
  * (`drivers/<name>-definition.ts`), imported by the driver (for its URL check, its
  * packages and its Keyv adapter's shape) and by the registry (for `createStore()`), so
- * that neither imports the other. Loads no database client. Not a package entry.
+ * that neither imports the other; `npm run sync-entries` finds it by that name. Loads no database client. Not a package entry.
  * @module
  */
 import { parseUrl, redactUrl } from './utils.js';
@@ -24,8 +24,15 @@ export interface CommonStoreOptions {
 }
 
 export interface DriverDefinition {
-  /** The store's `name`, also used in messages ("the mysql store needs …"). */
+  /** The store's `name`, also used in messages ("the mysql store needs …"); its entry is `./drivers/<name>`. */
   name: string;
+  /** The driver module's export that makes the store (`redisStore`), loaded only when a target needs it. */
+  factory: string;
+  /**
+   * The module exporting `factory`, from drivers/ (`./durable-object-store.js`), when it is
+   * not the driver's entry: an entry that also loads what Node cannot (workerd's modules).
+   */
+  factoryModule?: string;
   /** URL schemes without the colon, lower case. */
   schemes: readonly string[];
   /** The URL forms listed when `createStore()` refuses a target. */

@@ -8,6 +8,9 @@ import type { DriverDefinition } from './definition.js';
 
 export const durableObjectsDriver: DriverDefinition = {
   name: 'durable-objects',
+  factory: 'durableObjectStore',
+  // The entry also exports the Durable Object class, which loads only in workerd.
+  factoryModule: './durable-object-store.js',
   schemes: [],
   forms: [],
   packages: [],

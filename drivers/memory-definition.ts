@@ -6,6 +6,7 @@ import type { DriverDefinition } from './definition.js';
 
 export const memoryDriver: DriverDefinition = {
   name: 'memory',
+  factory: 'memoryStore',
   schemes: ['memory'],
   forms: ['memory://'],
   packages: [],

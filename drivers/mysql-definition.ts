@@ -6,6 +6,7 @@ import { networkUrl, sqlAdapter, sqlOptions, type DriverDefinition } from './def
 
 export const mysqlDriver: DriverDefinition = {
   name: 'mysql',
+  factory: 'mysqlStore',
   schemes: ['mysql'],
   forms: ['mysql://user[:password]@host[:port]/database (MySQL or MariaDB)'],
   packages: ['keyv', '@keyv/mysql'],

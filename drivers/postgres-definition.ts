@@ -6,6 +6,7 @@ import { networkUrl, sqlAdapter, sqlOptions, type DriverDefinition } from './def
 
 export const postgresDriver: DriverDefinition = {
   name: 'postgres',
+  factory: 'postgresStore',
   schemes: ['postgres', 'postgresql'],
   forms: ['postgres://user[:password]@host[:port]/database', 'postgresql://…'],
   packages: ['keyv', '@keyv/postgres'],

@@ -8,6 +8,7 @@ import { parseUrl } from './utils.js';
 
 export const redisDriver: DriverDefinition = {
   name: 'redis',
+  factory: 'redisStore',
   schemes: ['redis', 'rediss', 'redis+cluster', 'rediss+cluster', 'redis+sentinel', 'rediss+sentinel'],
   forms: [
     'redis://[user:password@]host[:port][/db]',

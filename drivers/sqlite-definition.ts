@@ -6,6 +6,7 @@ import { sqlAdapter, sqlOptions, type DriverDefinition } from './definition.js';
 
 export const sqliteDriver: DriverDefinition = {
   name: 'sqlite',
+  factory: 'sqliteStore',
   schemes: ['sqlite'],
   forms: ['sqlite://relative/path.db', 'sqlite:///absolute/path.db', 'sqlite://:memory:'],
   packages: ['keyv', '@keyv/sqlite'],

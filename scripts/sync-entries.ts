@@ -1,11 +1,13 @@
 /**
- * `npm run sync-entries`: writes the entry list (entries.ts) into the two static files that
+ * `npm run sync-entries`: writes the entry list (entries.ts) into the static files that
  * cannot import it: package.json `exports`, `typesVersions` and the root's `main`, `module`
- * and `types`; tsconfig.json `paths`.
- * Everything else in both files is kept as it is, key order included.
+ * and `types`; tsconfig.json `paths`; the driver list of drivers/registry.ts (its two
+ * marked regions, see ./driver-registry.ts).
+ * Everything else in those files is kept as it is, key order included.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { driverLines, registrySource } from './driver-registry.js';
 import { exportsField, legacyRootFields, tsconfigPaths, typesVersionsField } from '../entries.js';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
@@ -22,16 +24,20 @@ function withKey(object: Record<string, unknown>, key: string, value: unknown, a
   return result;
 }
 
-function rewrite(file: string, change: (json: Record<string, unknown>) => Record<string, unknown>): void {
+function rewriteText(file: string, change: (text: string) => string): void {
   const path = `${root}${file}`;
   const before = readFileSync(path, 'utf8');
-  const after = `${JSON.stringify(change(JSON.parse(before) as Record<string, unknown>), null, 2)}\n`;
+  const after = change(before);
   if (after === before) {
     console.log(`${file}: already in line with entries.ts`);
     return;
   }
   writeFileSync(path, after);
   console.log(`${file}: rewritten from entries.ts`);
+}
+
+function rewrite(file: string, change: (json: Record<string, unknown>) => Record<string, unknown>): void {
+  rewriteText(file, (text) => `${JSON.stringify(change(JSON.parse(text) as Record<string, unknown>), null, 2)}\n`);
 }
 
 rewrite('package.json', (pkg) => {
@@ -43,3 +49,5 @@ rewrite('tsconfig.json', (tsconfig) => {
   const compilerOptions = tsconfig.compilerOptions as Record<string, unknown>;
   return { ...tsconfig, compilerOptions: withKey(compilerOptions, 'paths', tsconfigPaths(), 'baseUrl') };
 });
+const drivers = await driverLines(root);
+rewriteText('drivers/registry.ts', (text) => registrySource(text, drivers));

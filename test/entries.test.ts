@@ -1,11 +1,14 @@
 /**
  * One list of entry points (entries.ts): package.json `exports` and `typesVersions`, tsconfig
- * `paths`, tsup's entries and vitest's aliases all say what it says. The JSON files are
+ * `paths`, tsup's entries, vitest's aliases and the drivers `createStore()` knows
+ * (drivers/registry.ts) all say what it says. The JSON files and the registry's list are
  * rewritten by `npm run sync-entries`; this test fails while they disagree with the list.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { DRIVERS } from '../drivers/registry.js';
+import { driverLines, registrySource } from '../scripts/driver-registry.js';
 import tsupConfig from '../tsup.config.js';
 import { distName, entries, exportsField, legacyRootFields, packageName, sourceOf, specifierOf, subpaths, tsconfigPaths, tsupEntry, typesVersionsField, workerdOnly } from '../entries.js';
 
@@ -61,5 +64,31 @@ describe('entry points: one list', () => {
     expect(sourceOf('idempotency-kit/drivers/redis')).toBe('drivers/redis.ts');
     expect(sourceOf('idempotency-kit/drivers/utils')).toBeUndefined();
     expect(sourceOf('idempotency-kitten')).toBeUndefined();
+  });
+
+  it(`drivers/registry.ts lists every driver entry, in the entries' order, each with its definition and factory (${fix})`, async () => {
+    const registry = readFileSync(`${root}drivers/registry.ts`, 'utf8');
+    const lines = await driverLines(root);
+    expect(registry, fix).toBe(registrySource(registry, lines));
+    const driverEntries = subpaths.filter((sub) => sub.startsWith('./drivers/'));
+    expect(lines.map((line) => `./drivers/${line.name}`)).toEqual(driverEntries);
+    // No definition without its entry (createStore() would not know the driver).
+    const definitions = readdirSync(`${root}drivers`).flatMap((file) => /^(.+)-definition\.ts$/.exec(file)?.[1] ?? []);
+    expect(definitions.sort(), 'a drivers/<name>-definition.ts needs its line ./drivers/<name> in entries.ts').toEqual(lines.map((line) => line.name).sort());
+    expect(DRIVERS.map((driver) => driver.name)).toEqual(lines.map((line) => line.name));
+    // Each loader reaches a factory (the workerd-only one stays unloaded in Node).
+    for (const driver of DRIVERS.filter((d) => d.name !== 'durable-objects')) expect(typeof (await driver.load()), driver.name).toBe('function');
+  });
+
+  it('the registry check can fail: a new driver entry, or one whose definition is missing, changes or stops the list', async () => {
+    const registry = readFileSync(`${root}drivers/registry.ts`, 'utf8');
+    const lines = await driverLines(root);
+    // A driver entry without its definition module stops the generator; a stale list (one
+    // driver fewer) differs from the file.
+    await expect(driverLines(root, { ...entries, './drivers/nope': 'drivers/nope.ts' })).rejects.toThrow(
+      './drivers/nope is a driver entry, but drivers/nope-definition.ts (the driver\'s definition) does not exist',
+    );
+    expect(registrySource(registry, lines.slice(1))).not.toBe(registry);
+    expect(() => registrySource('no regions', lines)).toThrow('lost its generated region');
   });
 });

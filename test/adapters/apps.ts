@@ -35,14 +35,23 @@ import { Calls, HttpError, answers as webAnswers, fetchWebApp, honoWebApp, query
 
 export { Calls };
 
+/** The adapters whose apps are built here (see `AppBuilder`). */
 export const ADAPTERS = ['node', 'express', 'express4', 'fastify', 'koa', 'koa2', 'fetch', 'hono'] as const;
 export type AdapterName = (typeof ADAPTERS)[number];
 
 /** Options as every adapter takes them; `scope` / `fingerprint` read `.headers`, which all requests have. */
 export type AppOptions = IdempotencyOptions<{ headers: http.IncomingHttpHeaders }>;
 
+/**
+ * How a test file builds its adapter's app (the routes above, written the framework's way):
+ * a server not yet listening, or one listening with its own `close`. Each adapter's test
+ * file passes its builder to the conformance suite; `APPS` holds the builders more than one
+ * test file uses (two Express majors, two Koa majors, the fingerprint upgrade test).
+ */
+export type AppBuilder = (options: AppOptions, calls: Calls) => http.Server | Promise<{ server: http.Server; close: () => Promise<void> }>;
+
 export interface RunningApp {
-  adapter: AdapterName;
+  adapter: string;
   url: string;
   port: number;
   /** How many times each route's handler ran. */
@@ -304,39 +313,27 @@ const honoApp = (options: AppOptions, calls: Calls): http.Server =>
 
 // ---------------------------------------------------------------- start
 
-export async function startApp(adapter: AdapterName, appOptions: AppOptions): Promise<RunningApp> {
+export const APPS: Record<AdapterName, AppBuilder> = {
+  node: nodeApp,
+  express: (options, calls) => expressApp(express5, options, calls),
+  express4: (options, calls) => expressApp(express4, options, calls),
+  fastify: fastifyApp,
+  koa: (options, calls) => koaApp(Koa3, options, calls),
+  koa2: (options, calls) => koaApp(Koa2, options, calls),
+  fetch: fetchApp,
+  hono: honoApp,
+};
+
+/** Start `adapter`'s app, built by `build` (one of `APPS` unless given). */
+export async function startApp(adapter: string, appOptions: AppOptions, build: AppBuilder = APPS[adapter as AdapterName]): Promise<RunningApp> {
+  if (build === undefined) throw new Error(`no app builder for the ${adapter} adapter: pass one`);
   // These apps have no users: one key space unless a test sets `scope` (`undefined`
   // included, to test the default of each adapter).
   const options: AppOptions = 'scope' in appOptions ? appOptions : { scope: 'shared', ...appOptions };
   const calls = new Calls();
-  let server: http.Server;
-  let close: (() => Promise<void>) | undefined;
-  switch (adapter) {
-    case 'node':
-      server = nodeApp(options, calls);
-      break;
-    case 'express':
-      server = expressApp(express5, options, calls);
-      break;
-    case 'express4':
-      server = expressApp(express4, options, calls);
-      break;
-    case 'fastify':
-      ({ server, close } = await fastifyApp(options, calls));
-      break;
-    case 'koa':
-      server = koaApp(Koa3, options, calls);
-      break;
-    case 'koa2':
-      server = koaApp(Koa2, options, calls);
-      break;
-    case 'fetch':
-      server = fetchApp(options, calls);
-      break;
-    case 'hono':
-      server = honoApp(options, calls);
-      break;
-  }
+  const built = await build(options, calls);
+  const server = built instanceof http.Server ? built : built.server;
+  const close = built instanceof http.Server ? undefined : built.close;
   if (!server.listening) await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
   return {

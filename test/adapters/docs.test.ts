@@ -8,6 +8,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { entries } from '../../entries.js';
 import { importsFromSources } from '../helpers/package-imports.js';
 import { freePort, untilListening } from '../helpers/ports.js';
 import { expectProblem, send } from './client.js';
@@ -32,7 +33,12 @@ function example(adapter: string, heading = '## Example'): string {
 const { IDEMPOTENCY_STORE: _ignored, ...inheritedEnv } = process.env;
 
 describe('docs/adapters: the example on each page runs as written', () => {
-  for (const adapter of ['node', 'express', 'fastify', 'koa', 'fetch', 'hono']) {
+  // Every adapter entry of entries.ts (`adapters/<name>.ts`): a new adapter's page is run too.
+  const adapters = Object.values(entries).flatMap((source) => /^adapters\/([a-z0-9-]+)\.ts$/.exec(source)?.[1] ?? []);
+  it('the adapters are read from entries.ts (the six built-in ones among them)', () => {
+    expect(adapters).toEqual(expect.arrayContaining(['node', 'express', 'fastify', 'koa', 'fetch', 'hono']));
+  });
+  for (const adapter of adapters) {
     it(`docs/adapters/${adapter}.md: H6 H7 H2 H15 in a copied server`, async () => {
       mkdirSync(dir, { recursive: true });
       // .mts: outside a "type": "module" package scope a .ts file would load as CommonJS.

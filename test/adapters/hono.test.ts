@@ -1,3 +1,4 @@
 import { httpConformanceSuite } from '../suites/http-conformance.suite.js';
+import { APPS } from './apps.js';
 
-await httpConformanceSuite('hono');
+await httpConformanceSuite('hono', APPS.hono);

@@ -1,5 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
+import { createStore } from '../../drivers/create-store.js';
+import { storeMaintenanceSuite } from '../suites/store-maintenance.suite.js';
 import { storeSuite } from '../suites/store.suite.js';
 
 storeSuite('memory', {
@@ -133,3 +135,7 @@ describe('memory store specifics', () => {
     expect(() => memoryStore({ sweepIntervalMs: 1.5 })).toThrow(TypeError);
   });
 });
+
+// The maintenance methods (delete, stats, sweep), each on a store of its own.
+storeMaintenanceSuite('memory', { create: async () => memoryStore({ sweepIntervalMs: 0 }) });
+storeMaintenanceSuite('memory via createStore', { create: async () => createStore('memory://') });

@@ -6,6 +6,7 @@ import mysql from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { mysqlStore } from '../../drivers/mysql.js';
 import { MYSQL_URL, serviceAvailable } from '../helpers/services.js';
+import { storeMaintenanceSuite } from '../suites/store-maintenance.suite.js';
 import { storeSuite } from '../suites/store.suite.js';
 
 const available = await serviceAvailable('MySQL', MYSQL_URL);
@@ -226,3 +227,25 @@ describe.skipIf(!available)('mysql store specifics', () => {
     await expect(store.get('k')).rejects.toThrow(/closed/);
   });
 });
+
+// The maintenance methods (delete, stats, sweep), each on a store of its own.
+const maintenanceTables: string[] = [];
+afterAll(async () => {
+  if (!available || maintenanceTables.length === 0) return;
+  const pool = mysql.createPool(MYSQL_URL);
+  for (const table of maintenanceTables) await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
+  await pool.end();
+});
+storeMaintenanceSuite(
+  'mysql',
+  available
+    ? {
+        create: async () => {
+          const table = `ik_maint_${randomUUID().replaceAll('-', '').slice(0, 16)}`;
+          maintenanceTables.push(table);
+          return mysqlStore({ url: MYSQL_URL, table, sweepIntervalMs: 0, sweepBatchSize: 10 });
+        },
+        batched: true,
+      }
+    : undefined,
+);

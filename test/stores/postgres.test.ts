@@ -6,6 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { postgresStore } from '../../drivers/postgres.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
+import { storeMaintenanceSuite } from '../suites/store-maintenance.suite.js';
 import { storeSuite } from '../suites/store.suite.js';
 import { storeWakeUpSuite } from '../suites/store-wake-up.suite.js';
 
@@ -391,3 +392,25 @@ describe.skipIf(!available)('postgres store specifics', () => {
     await expect(store.get('k')).rejects.toThrow(/closed/);
   });
 });
+
+// The maintenance methods (delete, stats, sweep), each on a store of its own.
+const maintenanceTables: string[] = [];
+afterAll(async () => {
+  if (!available || maintenanceTables.length === 0) return;
+  const admin = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+  for (const table of maintenanceTables) await admin.query(`DROP TABLE IF EXISTS "${table}"`);
+  await admin.end();
+});
+storeMaintenanceSuite(
+  'postgres',
+  available
+    ? {
+        create: async () => {
+          const table = `ik_maint_${randomUUID().replaceAll('-', '').slice(0, 16)}`;
+          maintenanceTables.push(table);
+          return postgresStore({ url: POSTGRES_URL, table, sweepIntervalMs: 0, sweepBatchSize: 10 });
+        },
+        batched: true,
+      }
+    : undefined,
+);

@@ -5,6 +5,7 @@ import Keyv from 'keyv';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { redisStore } from '../../drivers/redis.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
+import { storeMaintenanceSuite } from '../suites/store-maintenance.suite.js';
 import { storeSuite } from '../suites/store.suite.js';
 import { storeWakeUpSuite } from '../suites/store-wake-up.suite.js';
 
@@ -221,5 +222,50 @@ describe.skipIf(!available)('redis store specifics', () => {
     await store.get('k');
     await store.close();
     await expect(store.get('k')).rejects.toThrow(/closed/);
+  });
+});
+
+// The maintenance methods (delete, stats, sweep), each on a store of its own.
+storeMaintenanceSuite(
+  'redis',
+  available ? { create: async () => redisStore({ url: REDIS_URL, namespace: `ik-maint-${randomUUID()}` }), nativeExpiry: true } : undefined,
+);
+
+describe.skipIf(!available)('redis maintenance specifics', () => {
+  it('stats visits every record of its namespace in several SCAN batches, and only those', async () => {
+    const namespace = `ik-maint-[x]*-${randomUUID()}`;
+    const store = redisStore({ url: REDIS_URL, namespace });
+    // A sibling namespace that a glob-unsafe pattern would also match.
+    const sibling = redisStore({ url: REDIS_URL, namespace: namespace.replace('[x]*', 'x-other') });
+    try {
+      const n = 1200;
+      for (let i = 0; i < n; i += 200) {
+        await Promise.all(
+          Array.from({ length: 200 }, (_, j) => store.claim(`k${i + j}`, { token: 't', fingerprint: 'f', createdAt: Date.now() }, 60_000)),
+        );
+      }
+      await sibling.claim('other', { token: 't', fingerprint: 'f', createdAt: Date.now() }, 60_000);
+      const progress: number[] = [];
+      const stats = await store.stats!({ onProgress: (visited) => progress.push(visited) });
+      expect(stats).toMatchObject({ processing: n, completed: 0, expired: 0 });
+      expect(progress.length).toBeGreaterThan(1);
+      expect(progress.at(-1)).toBe(n);
+    } finally {
+      await store.close();
+      await sibling.close();
+    }
+  });
+
+  it('a dead server fails stats, delete and sweep within the timeout (S6)', async () => {
+    const store = redisStore({ url: 'redis://127.0.0.1:1', timeoutMs: 500 });
+    try {
+      const started = Date.now();
+      await expect(store.stats!()).rejects.toThrow(/Redis/);
+      await expect(store.delete!('k')).rejects.toThrow(/Redis/);
+      await expect(store.sweep!()).rejects.toThrow(/Redis/);
+      expect(Date.now() - started).toBeLessThan(5000);
+    } finally {
+      await store.close();
+    }
   });
 });

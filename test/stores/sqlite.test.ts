@@ -7,6 +7,7 @@ import KeyvSqlite from '@keyv/sqlite';
 import Keyv from 'keyv';
 import { afterAll, describe, expect, it } from 'vitest';
 import { sqlitePathFromUrl, sqliteStore } from '../../drivers/sqlite.js';
+import { storeMaintenanceSuite } from '../suites/store-maintenance.suite.js';
 import { storeSuite } from '../suites/store.suite.js';
 
 const dir = await mkdtemp(path.join(tmpdir(), 'idempotency-kit-sqlite-'));
@@ -255,4 +256,10 @@ describe('sqlite store specifics', () => {
       await second.close();
     }
   });
+});
+
+// The maintenance methods (delete, stats, sweep), each on a store of its own.
+storeMaintenanceSuite('sqlite', {
+  create: async () => sqliteStore({ url: `sqlite://${path.join(dir, `${randomUUID()}.db`)}`, sweepIntervalMs: 0, sweepBatchSize: 10 }),
+  batched: true,
 });

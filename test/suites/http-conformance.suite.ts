@@ -1,7 +1,9 @@
 /**
  * The HTTP conformance table (SPEC §2): one scenario per rule, each named by its rule id,
- * run against every adapter over real sockets, on the memory store and on Redis.
- * Each adapter's test file is `await httpConformanceSuite('<adapter>')`.
+ * run against every adapter over real sockets, on the memory store and on Redis, then what
+ * else every adapter must pass (an early answer reaching a client still sending, the
+ * fingerprint over HTTP). Each adapter's test file builds its app and passes the builder:
+ * `await httpConformanceSuite('<adapter>', buildApp)`; no shared list names the adapter.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,14 +12,16 @@ import { memoryStore } from '../../drivers/memory.js';
 import type { IdempotencyEvent } from '../../src/events.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
-import { startApp, type AdapterName, type AppOptions, type RunningApp } from '../adapters/apps.js';
+import { startApp, type AppBuilder, type AppOptions, type RunningApp } from '../adapters/apps.js';
 import { expectProblem, send, sendAndAbort, type Reply, type SendOptions } from '../adapters/client.js';
 import { countingStore, hangingStore, type StoreMethod } from '../adapters/store-wrappers.js';
+import { earlyAnswerSuite } from './early-answer.suite.js';
+import { fingerprintHttpSuite } from './fingerprint-http.suite.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export interface ScenarioContext {
-  adapter: AdapterName;
+  adapter: string;
   app: RunningApp;
   /** A key no other test uses (the Redis store is shared). */
   key(suffix?: string): string;
@@ -748,12 +752,15 @@ export interface HostedApp {
 export interface ScenarioHost {
   /** The store, in test names. */
   name: string;
-  start(adapter: AdapterName, scenario: Scenario, observed: Observed): Promise<HostedApp>;
+  start(adapter: string, scenario: Scenario, observed: Observed): Promise<HostedApp>;
   close(): Promise<void>;
 }
 
-/** Apps in this process, on a store of `kind`, counted by wrappers around the store and `onEvent`. */
-function inProcess(kind: () => StoreKind): () => ScenarioHost {
+/** Starts one app of `adapter` for a test (in this process). */
+export type AppStarter = (adapter: string, options: AppOptions) => Promise<RunningApp>;
+
+/** Apps started by `start` in this process, on a store of `kind`, counted by wrappers around the store and `onEvent`. */
+function inProcess(kind: () => StoreKind, start: AppStarter): () => ScenarioHost {
   return () => {
     const stores = kind();
     return {
@@ -762,7 +769,7 @@ function inProcess(kind: () => StoreKind): () => ScenarioHost {
         const own = scenario.store !== undefined;
         const base =
           scenario.store === 'unreachable' ? stores.unreachable() : scenario.store === 'hanging' ? hangingStore() : stores.create();
-        const app = await startApp(adapter, {
+        const app = await start(adapter, {
           store: countingStore(base, observed.storeCalls),
           onEvent: (event) => observed.events.push(event),
           ...scenario.options,
@@ -781,7 +788,7 @@ function inProcess(kind: () => StoreKind): () => ScenarioHost {
 }
 
 /** Register every scenario for `adapter`, each app started by the host. */
-export function runScenarios(adapter: AdapterName, host: () => ScenarioHost, table: Scenario[] = scenarios): void {
+export function runScenarios(adapter: string, host: () => ScenarioHost, table: Scenario[] = scenarios): void {
   let hosts: ScenarioHost;
   beforeAll(() => {
     hosts = host();
@@ -823,15 +830,26 @@ export interface HttpConformanceSuiteOptions {
   extra?: Scenario[];
 }
 
-/** Register the whole table for one adapter, on memory and on Redis. */
-export async function httpConformanceSuite(adapter: AdapterName, { extra = [] }: HttpConformanceSuiteOptions = {}): Promise<void> {
+/**
+ * Register the whole table for one adapter, on memory and on Redis, and the other tests
+ * every adapter passes. `app` builds the adapter's app (the routes of ../adapters/apps.ts,
+ * started by `startApp`), or `{ start }` starts it a way of its own.
+ */
+export async function httpConformanceSuite(
+  adapter: string,
+  app: AppBuilder | { start: AppStarter },
+  { extra = [] }: HttpConformanceSuiteOptions = {},
+): Promise<void> {
+  const start: AppStarter = typeof app === 'function' ? (name, options) => startApp(name, options, app) : app.start;
   const redis = await serviceAvailable('Redis', REDIS_URL);
   const table = [...scenarios, ...extra];
 
   describe(`${adapter} adapter conformance (memory store)`, () => {
-    runScenarios(adapter, inProcess(memoryKind), table);
+    runScenarios(adapter, inProcess(memoryKind, start), table);
   });
   describe.skipIf(!redis)(`${adapter} adapter conformance (Redis store)`, () => {
-    runScenarios(adapter, inProcess(redisKind), table);
+    runScenarios(adapter, inProcess(redisKind, start), table);
   });
+  earlyAnswerSuite(adapter, start);
+  fingerprintHttpSuite(adapter, start);
 }

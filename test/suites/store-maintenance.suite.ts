@@ -1,6 +1,6 @@
 /**
  * The optional maintenance methods of a store (delete, stats, sweep: what the operator CLI
- * uses), written once and run against every driver by test/stores/maintenance.test.ts.
+ * uses), written once and run by each driver's own test file (test/stores/<driver>.test.ts).
  * `create` must give a store of its own (a fresh table or namespace): stats counts
  * everything in it.
  */
