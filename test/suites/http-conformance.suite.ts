@@ -704,7 +704,7 @@ export interface ScenarioHost {
 }
 
 /** Apps in this process, on a store of `kind`, counted by wrappers around the store and `onEvent`. */
-function inProcess(kind: () => StoreKind): () => ScenarioHost {
+function inProcess(kind: () => StoreKind, start: AppStarter = startApp): () => ScenarioHost {
   return () => {
     const stores = kind();
     return {
@@ -713,7 +713,7 @@ function inProcess(kind: () => StoreKind): () => ScenarioHost {
         const own = scenario.store !== undefined;
         const base =
           scenario.store === 'unreachable' ? stores.unreachable() : scenario.store === 'hanging' ? hangingStore() : stores.create();
-        const app = await startApp(adapter, {
+        const app = await start(adapter, {
           store: countingStore(base, observed.storeCalls),
           onEvent: (event) => observed.events.push(event),
           ...scenario.options,
@@ -769,20 +769,30 @@ export function runScenarios(adapter: AdapterName, host: () => ScenarioHost, tab
   }
 }
 
+/** Starts one scenario's app (./apps.ts `startApp` unless a suite brings its own, e.g. a Nest app). */
+export type AppStarter = (adapter: AdapterName, options: AppOptions) => Promise<RunningApp>;
+
 export interface HttpConformanceSuiteOptions {
   /** Own rows of the table, run after the shared ones, like them, on each store. */
   extra?: Scenario[];
+  /** Shared rows this adapter answers its own way (replaced by rows in `extra`), by title. */
+  skip?: string[];
+  /** How the apps start. @default startApp */
+  start?: AppStarter;
 }
 
 /** Register the whole table for one adapter, on memory and on Redis. */
-export async function httpConformanceSuite(adapter: AdapterName, { extra = [] }: HttpConformanceSuiteOptions = {}): Promise<void> {
+export async function httpConformanceSuite(
+  adapter: AdapterName,
+  { extra = [], skip = [], start = startApp }: HttpConformanceSuiteOptions = {},
+): Promise<void> {
   const redis = await serviceAvailable('Redis', REDIS_URL);
-  const table = [...scenarios, ...extra];
+  const table = [...scenarios.filter((s) => !skip.includes(s.title)), ...extra];
 
   describe(`${adapter} adapter conformance (memory store)`, () => {
-    runScenarios(adapter, inProcess(memoryKind), table);
+    runScenarios(adapter, inProcess(memoryKind, start), table);
   });
   describe.skipIf(!redis)(`${adapter} adapter conformance (Redis store)`, () => {
-    runScenarios(adapter, inProcess(redisKind), table);
+    runScenarios(adapter, inProcess(redisKind, start), table);
   });
 }
