@@ -41,11 +41,12 @@ import {
   type ModuleMetadata,
   type NestInterceptor,
   type OnApplicationShutdown,
+  type OnModuleInit,
   type OptionalFactoryDependency,
   type Provider,
   type Type,
 } from '@nestjs/common';
-import { APP_INTERCEPTOR, Reflector } from '@nestjs/core';
+import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
 import { Observable, from, mergeMap, throwError, catchError, tap, of } from 'rxjs';
 import type { IdempotencyError } from '../src/errors.js';
 import type { RawBody } from '../src/fingerprint.js';
@@ -223,15 +224,39 @@ function answered(res: PlatformResponse): void {
  * The interceptor the module registers app-wide (`APP_INTERCEPTOR`): it runs after the
  * guards and protects the handlers marked `@Idempotent()`.
  */
-export class IdempotencyInterceptor implements NestInterceptor {
+export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   readonly #layer: Idempotency<NestRequest>;
   readonly #reflector = new Reflector();
   readonly #layers = new WeakMap<Function, Idempotency<NestRequest> | null>();
   readonly #warned = new Set<Unprotected>();
   readonly #logger = new Logger('Idempotency');
 
-  constructor(layer: Idempotency<NestRequest>) {
+  readonly #modules: ModulesContainer | undefined;
+
+  constructor(layer: Idempotency<NestRequest>, modules?: ModulesContainer) {
     this.#layer = layer;
+    this.#modules = modules;
+  }
+
+  /** Builds the layer of every handler now, so a bad `@Idempotent()` option fails the start. */
+  onModuleInit(): void {
+    for (const module of this.#modules?.values() ?? []) {
+      for (const wrapper of module.controllers.values()) {
+        const controller = wrapper.metatype as Type<unknown> | null | undefined;
+        if (typeof controller !== 'function') continue;
+        const proto = controller.prototype as Record<string, unknown>;
+        for (const name of Object.getOwnPropertyNames(proto)) {
+          const descriptor = Object.getOwnPropertyDescriptor(proto, name);
+          if (name === 'constructor' || typeof descriptor?.value !== 'function') continue;
+          try {
+            this.layerFor(controller, descriptor.value as Function);
+          } catch (error) {
+            if (error instanceof TypeError) error.message = `@Idempotent() on ${controller.name}.${name}: ${error.message}`;
+            throw error;
+          }
+        }
+      }
+    }
   }
 
   /**
@@ -370,6 +395,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
 }
 Injectable()(IdempotencyInterceptor);
 Inject(IDEMPOTENCY_LAYER)(IdempotencyInterceptor, undefined, 0);
+Inject(ModulesContainer)(IdempotencyInterceptor, undefined, 1);
 
 /** What the module knows of its store at shutdown. */
 interface OwnedStore {

@@ -463,6 +463,17 @@ describe('nest module', () => {
     await expect(
       start('express', IdempotencyModule.forRootAsync({ useFactory: () => ({ store: memoryStore(), scope: 'shared', methods: 'POST' as never }) }), [WaysController]),
     ).rejects.toThrow(/methods/);
+    @Controller('bad')
+    class BadController {
+      @Post()
+      @Idempotent({ wait: -1 })
+      bad() {
+        return {};
+      }
+    }
+    await expect(start('express', IdempotencyModule.forRoot({ store: memoryStore(), scope: 'shared' }), [BadController])).rejects.toThrow(
+      /BadController\.bad: .*wait/,
+    );
     expect(() => IdempotencyModule.forRoot({ store: undefined as never })).toThrow(TypeError);
     expect(() => IdempotencyModule.forRoot({ store: undefined as never })).toThrow(/store/);
     expect(() => IdempotencyModule.forRootAsync({})).toThrow(/useFactory/);
