@@ -379,6 +379,24 @@ for (const platform of ['express', 'fastify'] as Platform[]) {
       expect(events.filter((e) => e.type === 'released')).toHaveLength(2);
     });
 
+    it('an @Sse() handler on a covered method runs unprotected, with one warning', async () => {
+      const warn = vi.spyOn(Logger.prototype, 'warn').mockImplementation(() => {});
+      try {
+        const app = await start(platform, IdempotencyModule.forRoot({ store: memoryStore(), scope: 'shared', methods: ['GET', 'POST'] }), [WaysController]);
+        const k = key();
+        for (let i = 0; i < 2; i++) {
+          const reply = await app.send({ method: 'GET', path: '/ways/events', key: k });
+          expect(reply.status).toBe(200);
+          expect(reply.headers['content-type']).toMatch(/^text\/event-stream/);
+          expect(reply.headers['idempotent-replayed']).toBeUndefined();
+        }
+        expect(app.counter.n).toBe(2);
+        expect(warn.mock.calls.map(([m]) => String(m)).filter((m) => m.includes('SSE'))).toHaveLength(1);
+      } finally {
+        warn.mockRestore();
+      }
+    });
+
     it('StreamableFile, SSE and @Res() without passthrough run unprotected, with one warning each, never left processing', async () => {
       const warn = vi.spyOn(Logger.prototype, 'warn').mockImplementation(() => {});
       try {
