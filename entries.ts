@@ -37,6 +37,7 @@ export const entries = {
   './bullmq': 'consumers/bullmq.ts',
   './mqtt': 'consumers/mqtt.ts',
   './webhooks': 'consumers/webhooks.ts',
+  './nestjs': 'adapters/nestjs.ts',
 } as const satisfies Record<'.' | `./${string}`, `${string}.ts`>;
 
 export type Subpath = keyof typeof entries;

@@ -17,7 +17,14 @@ const root = fileURLToPath(new URL('../../', import.meta.url));
 // Inside the project, so that the example's framework imports resolve as they would in a
 // user's project; under node_modules, so that git never sees it.
 const dir = join(root, 'node_modules', '.cache', `idempotency-docs-${randomUUID().slice(0, 8)}`);
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+// A page with decorators (NestJS) is copied where the project's tsconfig
+// (experimentalDecorators) applies: tsx applies it only to the files it covers (not under
+// node_modules, not in a dot-folder).
+const decoratedDir = join(root, 'test', `docs-copy-${randomUUID().slice(0, 8)}`);
+afterAll(() => {
+  rmSync(dir, { recursive: true, force: true });
+  rmSync(decoratedDir, { recursive: true, force: true });
+});
 
 /** The page's first ts block under `heading`, with the package imports pointed at the sources. */
 function example(adapter: string, heading = '## Example'): string {
@@ -35,14 +42,15 @@ const { IDEMPOTENCY_STORE: _ignored, ...inheritedEnv } = process.env;
 describe('docs/adapters: the example on each page runs as written', () => {
   // Every adapter entry of entries.ts (`adapters/<name>.ts`): a new adapter's page is run too.
   const adapters = Object.values(entries).flatMap((source) => /^adapters\/([a-z0-9-]+)\.ts$/.exec(source)?.[1] ?? []);
-  it('the adapters are read from entries.ts (the six built-in ones among them)', () => {
-    expect(adapters).toEqual(expect.arrayContaining(['node', 'express', 'fastify', 'koa', 'fetch', 'hono']));
+  it('the adapters are read from entries.ts (the built-in ones among them)', () => {
+    expect(adapters).toEqual(expect.arrayContaining(['node', 'express', 'fastify', 'koa', 'fetch', 'hono', 'nestjs']));
   });
   for (const adapter of adapters) {
     it(`docs/adapters/${adapter}.md: H6 H7 H2 H15 in a copied server`, async () => {
-      mkdirSync(dir, { recursive: true });
+      const home = adapter === 'nestjs' ? decoratedDir : dir;
+      mkdirSync(home, { recursive: true });
       // .mts: outside a "type": "module" package scope a .ts file would load as CommonJS.
-      const file = join(dir, `${adapter}.mts`);
+      const file = join(home, `${adapter}.mts`);
       writeFileSync(file, example(adapter));
       const port = await freePort();
       const child = spawn(process.execPath, ['--import', 'tsx', file], {

@@ -1,0 +1,499 @@
+/**
+ * NestJS adapter (Nest 11 and 12, on @nestjs/platform-express and @nestjs/platform-fastify):
+ * `IdempotencyModule.forRoot(options)` / `forRootAsync(...)` and `@Idempotent()` on a
+ * controller or a handler. The layer is an interceptor, so it runs after the guards: the
+ * user a Passport or JWT guard puts on `request.user` is the key space of its keys.
+ * @module
+ * @example
+ * import { Body, Controller, Module, Post, UseGuards } from '@nestjs/common';
+ * import { AuthGuard } from '@nestjs/passport';
+ * import { Idempotent, IdempotencyModule } from 'idempotency-kit/nestjs';
+ *
+ * @Controller('orders')
+ * @UseGuards(AuthGuard('jwt'))
+ * @Idempotent()
+ * class OrdersController {
+ *   @Post()
+ *   create(@Body() body: { amount: number }) {
+ *     return { id: 42, ...body };
+ *   }
+ * }
+ *
+ * @Module({
+ *   imports: [IdempotencyModule.forRoot({ store: 'redis://127.0.0.1:6379' })],
+ *   controllers: [OrdersController],
+ * })
+ * export class AppModule {}
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import {
+  HttpException,
+  Inject,
+  Injectable,
+  Logger,
+  Module,
+  SetMetadata,
+  StreamableFile,
+  type CallHandler,
+  type DynamicModule,
+  type ExecutionContext,
+  type InjectionToken,
+  type ModuleMetadata,
+  type NestInterceptor,
+  type OnApplicationShutdown,
+  type OnModuleInit,
+  type OptionalFactoryDependency,
+  type Provider,
+  type Type,
+} from '@nestjs/common';
+import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
+import { Observable, from, mergeMap, throwError, catchError, tap, of } from 'rxjs';
+import type { IdempotencyError } from '../src/errors.js';
+import type { RawBody } from '../src/fingerprint.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
+import type { HttpResponse } from '../src/problem.js';
+import type { IdempotencyStore } from '../src/store.js';
+import {
+  assertDeclaredLength,
+  bodyConsumed,
+  captureResponse,
+  keyHeaderLines,
+  readBody,
+  restoreBody,
+  sendResponse,
+  setRequestBody,
+} from './internal/node-io.js';
+
+/**
+ * The request as a Nest handler sees it: Express's `req` on @nestjs/platform-express, the
+ * Fastify request on @nestjs/platform-fastify. `scope` and `fingerprint` get it.
+ */
+export interface NestRequest {
+  method: string;
+  url: string;
+  headers: Record<string, string | string[] | undefined>;
+  body?: unknown;
+  /** Where Passport and @nestjs/jwt guards leave the authenticated user. */
+  user?: unknown;
+  [name: string]: unknown;
+}
+
+/** What `@Idempotent()` takes on a class or a handler: any option but the store. */
+export type IdempotentOptions = Partial<Omit<IdempotencyOptions<NestRequest>, 'store'>>;
+
+/** `IdempotencyModule.forRoot` options: every option of the layer, `store` an instance or a URL. */
+export interface IdempotencyModuleOptions extends Omit<IdempotencyOptions<NestRequest>, 'store'> {
+  /**
+   * A store instance (left open at shutdown: its owner closes it), or a store URL
+   * (`redis://`, `postgres://`, `mysql://`, `sqlite:`, `memory:`): the module creates that
+   * store and closes it when the application shuts down.
+   */
+  store: IdempotencyStore | string;
+  /** Whether the module is global (imported once, in the root module). @default true */
+  isGlobal?: boolean;
+}
+
+/** A class whose `createIdempotencyOptions()` returns the module options (`useClass`, `useExisting`). */
+export interface IdempotencyOptionsFactory {
+  createIdempotencyOptions(): Omit<IdempotencyModuleOptions, 'isGlobal'> | Promise<Omit<IdempotencyModuleOptions, 'isGlobal'>>;
+}
+
+export interface IdempotencyModuleAsyncOptions extends Pick<ModuleMetadata, 'imports'> {
+  /** Providers to inject into `useFactory`, e.g. the app's Redis client or config service. */
+  inject?: Array<InjectionToken | OptionalFactoryDependency>;
+  useFactory?: (...args: any[]) => Omit<IdempotencyModuleOptions, 'isGlobal'> | Promise<Omit<IdempotencyModuleOptions, 'isGlobal'>>;
+  useClass?: Type<IdempotencyOptionsFactory>;
+  useExisting?: InjectionToken;
+  /** @default true */
+  isGlobal?: boolean;
+  /** More providers of the module (e.g. the class `useClass` needs). */
+  extraProviders?: Provider[];
+}
+
+/** The injection token of the module's options (as given, or as the async factory returned them). */
+export const IDEMPOTENCY_OPTIONS: unique symbol = Symbol('idempotency-kit:nestjs:options');
+/** The injection token of the store: inject it to use the same store elsewhere (`@Inject(IDEMPOTENCY_STORE)`). */
+export const IDEMPOTENCY_STORE: unique symbol = Symbol('idempotency-kit:nestjs:store');
+/** The injection token of the module's HTTP layer (`Idempotency`), built from the options at start. */
+export const IDEMPOTENCY_LAYER: unique symbol = Symbol('idempotency-kit:nestjs:layer');
+const OWNED_STORE: unique symbol = Symbol('idempotency-kit:nestjs:owned-store');
+
+/** Where `@Idempotent()` keeps its options, on a class or a handler. */
+export const IDEMPOTENT_METADATA = 'idempotency-kit:idempotent';
+
+/**
+ * Protect a controller's handlers (on the class) or one handler. Options are merged
+ * module, then class, then handler. `@Idempotent(false)` on a handler turns the layer off
+ * for it inside a protected class.
+ */
+export function Idempotent(options: IdempotentOptions | false = {}): ClassDecorator & MethodDecorator {
+  if (options !== false && (typeof options !== 'object' || options === null || Array.isArray(options))) {
+    throw new TypeError(`Expected @Idempotent() options to be an options object or false, got ${String(options)}`);
+  }
+  if (options !== false && 'store' in options) {
+    throw new TypeError('`store` is a module option (IdempotencyModule.forRoot({ store })), not an @Idempotent() option');
+  }
+  return SetMetadata(IDEMPOTENT_METADATA, options);
+}
+
+/** `@SkipIdempotency()`: the same as `@Idempotent(false)`, for one handler of a protected class. */
+export function SkipIdempotency(): ClassDecorator & MethodDecorator {
+  return Idempotent(false);
+}
+
+/**
+ * A refusal of the layer (400 key missing or invalid, 409 in progress or not replayable,
+ * 413 body too large, 422 key reused, 503 store unavailable, 500 scope required). An
+ * `HttpException`, so the application's exception filters render it; without one, Nest's
+ * own filter sends its body, the problem details the other adapters send, with its
+ * `Content-Type` and `Retry-After` headers (set on the response before the filters run).
+ */
+export class IdempotencyRejection extends HttpException {
+  /** The layer's error (`.code`: `key-missing`, `request-in-progress`, ...). */
+  readonly error: IdempotencyError | undefined;
+  /** The headers of the refusal, as sent without a filter. */
+  readonly headers: Record<string, string | string[]>;
+
+  constructor(response: HttpResponse, error: IdempotencyError | undefined) {
+    const text = Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength).toString('utf8');
+    let body: unknown;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = text;
+    }
+    super(body as Record<string, unknown>, response.status, { cause: error });
+    this.name = 'IdempotencyRejection';
+    this.error = error;
+    this.headers = response.headers;
+  }
+
+  /** The layer's error code, e.g. `request-in-progress`. */
+  get code(): string | undefined {
+    return this.error?.code;
+  }
+}
+
+/** Without `scope`: the principal a guard left, `request.user` (its `id`, else its `sub`) or `request.auth.sub`. */
+const nestDefaults: AdapterDefaults<NestRequest> = {
+  name: 'idempotency-kit/nestjs',
+  principal: (req) => (req as { auth?: { sub?: unknown } }).auth?.sub ?? userIdentity(req.user),
+  principalSource: 'request.user.id, request.user.sub and request.auth.sub, as guards leave them',
+  scopeExample: '(request) => request.user.id',
+};
+
+/** Nest's own metadata keys (stable across Nest 11 and 12). */
+const SSE_METADATA = '__sse__';
+const ROUTE_ARGS_METADATA = '__routeArguments__';
+const RESPONSE_PARAM = 1;
+const NEXT_PARAM = 2;
+const PASSTHROUGH_METADATA = '__responsePassthrough__';
+
+type Unprotected = 'SSE' | '@Res() without passthrough' | 'StreamableFile';
+
+const HANDLED: unique symbol = Symbol('idempotency-kit:nestjs:handled');
+
+/** The platform response: Express's `res` or Fastify's reply (with `.raw`). */
+type PlatformResponse = Record<string, unknown> & { raw?: ServerResponse };
+
+/** reflect-metadata's `Reflect.getMetadata`, which Nest loads. */
+const metadata = (key: string, target: object, property?: string): unknown =>
+  (Reflect as unknown as { getMetadata?(k: string, t: object, p?: string): unknown }).getMetadata?.(key, target, property);
+
+/** Why a handler runs unprotected, read from its metadata: SSE, or `@Res()` / `@Next()` without passthrough. */
+function unprotectedBy(controller: Type<unknown>, handler: Function): Unprotected | undefined {
+  if (metadata(SSE_METADATA, handler)) return 'SSE';
+  const args = (metadata(ROUTE_ARGS_METADATA, controller, handler.name) ?? {}) as Record<string, unknown>;
+  const handled = Object.keys(args).some((id) => {
+    const type = Number(id.split(':')[0]);
+    return type === RESPONSE_PARAM || type === NEXT_PARAM;
+  });
+  if (handled && metadata(PASSTHROUGH_METADATA, controller, handler.name) !== true) return '@Res() without passthrough';
+  return undefined;
+}
+
+/** Make a platform response's own reply methods no-ops: the layer answered it (a replay). */
+function answered(res: PlatformResponse): void {
+  const self = () => res;
+  for (const name of ['status', 'code', 'send', 'json', 'redirect', 'render', 'end']) {
+    if (typeof res[name] === 'function') Object.defineProperty(res, name, { value: self, configurable: true, writable: true });
+  }
+}
+
+/**
+ * The interceptor the module registers app-wide (`APP_INTERCEPTOR`): it runs after the
+ * guards and protects the handlers marked `@Idempotent()`.
+ */
+export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
+  readonly #layer: Idempotency<NestRequest>;
+  readonly #reflector = new Reflector();
+  readonly #layers = new WeakMap<Function, Idempotency<NestRequest> | null>();
+  readonly #warned = new Set<Unprotected>();
+  readonly #logger = new Logger('Idempotency');
+
+  readonly #modules: ModulesContainer | undefined;
+
+  constructor(layer: Idempotency<NestRequest>, modules?: ModulesContainer) {
+    this.#layer = layer;
+    this.#modules = modules;
+  }
+
+  /** Builds the layer of every handler now, so a bad `@Idempotent()` option fails the start. */
+  onModuleInit(): void {
+    for (const module of this.#modules?.values() ?? []) {
+      for (const wrapper of module.controllers.values()) {
+        const controller = wrapper.metatype as Type<unknown> | null | undefined;
+        if (typeof controller !== 'function') continue;
+        const proto = controller.prototype as Record<string, unknown>;
+        for (const name of Object.getOwnPropertyNames(proto)) {
+          const descriptor = Object.getOwnPropertyDescriptor(proto, name);
+          if (name === 'constructor' || typeof descriptor?.value !== 'function') continue;
+          try {
+            this.layerFor(controller, descriptor.value as Function);
+          } catch (error) {
+            if (error instanceof TypeError) error.message = `@Idempotent() on ${controller.name}.${name}: ${error.message}`;
+            throw error;
+          }
+        }
+      }
+    }
+  }
+
+  /**
+   * The layer of a handler: the module's options merged with its class's and its own
+   * `@Idempotent()` options, or `null` when it is not protected. Built (and so checked)
+   * once per handler.
+   */
+  layerFor(controller: Type<unknown>, handler: Function): Idempotency<NestRequest> | null {
+    const known = this.#layers.get(handler);
+    if (known !== undefined) return known;
+    const own = this.#reflector.get<IdempotentOptions | false | undefined>(IDEMPOTENT_METADATA, handler);
+    const ofClass = this.#reflector.get<IdempotentOptions | false | undefined>(IDEMPOTENT_METADATA, controller);
+    let layer: Idempotency<NestRequest> | null;
+    if (own === false || (own === undefined && (ofClass === undefined || ofClass === false))) layer = null;
+    else {
+      const merged = { ...(ofClass || {}), ...(own || {}) };
+      layer = Object.keys(merged).length === 0 ? this.#layer : this.#layer.with(merged);
+    }
+    this.#layers.set(handler, layer);
+    return layer;
+  }
+
+  #warnOnce(reason: Unprotected, where: string): void {
+    if (this.#warned.has(reason)) return;
+    this.#warned.add(reason);
+    this.#logger.warn(
+      `${where}: a handler answering with ${reason} runs without idempotency protection (its response cannot be stored and replayed). ` +
+        'Return a value, a promise or an Observable of one, or use @Res({ passthrough: true }).',
+    );
+  }
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    if (context.getType() !== 'http') return next.handle();
+    const controller = context.getClass();
+    const handler = context.getHandler();
+    const layer = this.layerFor(controller, handler);
+    const http = context.switchToHttp();
+    const req = http.getRequest<NestRequest & { raw?: IncomingMessage; originalUrl?: string }>();
+    const marks = req as unknown as Record<symbol, unknown>;
+    // Once per request, also with the interceptor bound a second time (`@UseInterceptors`).
+    if (!layer || !layer.covers(req.method) || marks[HANDLED]) return next.handle();
+    marks[HANDLED] = true;
+    const where = `${controller.name}.${handler.name}`;
+    const unprotected = unprotectedBy(controller, handler);
+    if (unprotected) {
+      this.#warnOnce(unprotected, where);
+      return next.handle();
+    }
+    const res = http.getResponse<PlatformResponse>();
+    const rawReq = (req.raw ?? req) as unknown as IncomingMessage;
+    const rawRes = (res.raw ?? res) as unknown as ServerResponse;
+    return from(this.#begin(layer, req, rawReq)).pipe(
+      mergeMap((decision) => {
+        if (decision.type === 'pass') return next.handle();
+        if (decision.type === 'respond') {
+          if (decision.error === undefined) {
+            // A replay: written here, as stored; Nest's own reply after it does nothing.
+            if (res.raw) {
+              const { status, headers, body } = decision.response;
+              (res as unknown as { code(n: number): { headers(h: object): { send(b: Buffer): void } } })
+                .code(status)
+                .headers(headers)
+                .send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+            } else sendResponse(rawRes, decision.response);
+            answered(res);
+            return of(undefined);
+          }
+          const rejection = new IdempotencyRejection(decision.response, decision.error);
+          const setHeader = res.header as ((name: string, value: string | string[]) => unknown) | undefined;
+          for (const [name, value] of Object.entries(rejection.headers)) {
+            if (typeof setHeader === 'function') setHeader.call(res, name, value);
+            else rawRes.setHeader(name, value);
+          }
+          return throwError(() => rejection);
+        }
+        const { claim } = decision;
+        // Set when the answer is not to be stored (another error than an HttpException, a
+        // StreamableFile): the response is still held until the key is released, so a
+        // client that saw it never finds the key still processing.
+        let released: { error?: unknown } | undefined;
+        const guarded: HttpClaim = {
+          maxResponseBytes: claim.maxResponseBytes,
+          finish: (response) => (released ? claim.fail(released.error) : claim.finish(response)),
+          fail: (error) => claim.fail(error),
+          abandon: () => claim.abandon(),
+        };
+        const capture = captureResponse(rawRes, guarded);
+        const release = (error?: unknown) => {
+          if (!capture.ended) released ??= { error };
+        };
+        rawRes.on('close', () => {
+          if (!capture.ended) claim.abandon();
+        });
+        return next.handle().pipe(
+          tap((value) => {
+            if (value instanceof StreamableFile) {
+              // Sent in its own way: not stored, released (a retry runs again).
+              this.#warnOnce('StreamableFile', where);
+              release();
+            }
+          }),
+          catchError((error: unknown) => {
+            // An HttpException is an answer like any other: the filter writes it, and it
+            // is stored by its status. Anything else releases the key.
+            if (!(error instanceof HttpException)) release(error);
+            return throwError(() => error);
+          }),
+        );
+      }),
+    );
+  }
+
+  async #begin(layer: Idempotency<NestRequest>, req: NestRequest & { originalUrl?: string }, rawReq: IncomingMessage) {
+    let raw: RawBody | undefined;
+    const decision = await layer.begin({
+      method: req.method,
+      url: req.originalUrl ?? rawReq.url ?? req.url,
+      headers: req.headers,
+      keyHeaderLines: keyHeaderLines(rawReq, layer.headerName),
+      body: async () => {
+        if (bodyConsumed(rawReq) || req.body !== undefined) {
+          assertDeclaredLength(rawReq, layer.maxBodyBytes);
+          return req.body;
+        }
+        raw = await readBody(rawReq, layer.maxBodyBytes);
+        return raw;
+      },
+      raw: req,
+    });
+    if (raw !== undefined) {
+      restoreBody(rawReq, raw);
+      setRequestBody(rawReq, raw, req.headers['content-type'] as string | undefined);
+    }
+    return decision;
+  }
+}
+Injectable()(IdempotencyInterceptor);
+Inject(IDEMPOTENCY_LAYER)(IdempotencyInterceptor, undefined, 0);
+Inject(ModulesContainer)(IdempotencyInterceptor, undefined, 1);
+
+/** What the module knows of its store at shutdown. */
+interface OwnedStore {
+  store: IdempotencyStore;
+  owned: boolean;
+}
+
+function checkOptions(options: unknown): asserts options is IdempotencyModuleOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new TypeError(`Expected IdempotencyModule options to be an object, got ${String(options)}`);
+  }
+  const { store } = options as { store?: unknown };
+  if (typeof store === 'string') return;
+  if (typeof store !== 'object' || store === null || typeof (store as IdempotencyStore).claim !== 'function') {
+    throw new TypeError(`Expected \`store\` to be an idempotency store or a store URL, got ${store === null ? 'null' : typeof store}`);
+  }
+}
+
+async function ownStore(options: unknown): Promise<OwnedStore> {
+  checkOptions(options);
+  if (typeof options.store !== 'string') return { store: options.store, owned: false };
+  // The package's own `createStore` (its drivers load only for the URL's scheme).
+  const { createStore } = await import('idempotency-kit');
+  return { store: createStore(options.store), owned: true };
+}
+
+function buildLayer(options: IdempotencyModuleOptions, store: IdempotencyStore): Idempotency<NestRequest> {
+  const { isGlobal: _isGlobal, store: _store, ...rest } = options;
+  return new Idempotency<NestRequest>({ ...rest, store }, nestDefaults);
+}
+
+const coreProviders: Provider[] = [
+  { provide: OWNED_STORE, useFactory: ownStore, inject: [IDEMPOTENCY_OPTIONS] },
+  { provide: IDEMPOTENCY_STORE, useFactory: (owned: OwnedStore) => owned.store, inject: [OWNED_STORE] },
+  {
+    provide: IDEMPOTENCY_LAYER,
+    useFactory: (options: IdempotencyModuleOptions, owned: OwnedStore) => buildLayer(options, owned.store),
+    inject: [IDEMPOTENCY_OPTIONS, OWNED_STORE],
+  },
+  IdempotencyInterceptor,
+  { provide: APP_INTERCEPTOR, useExisting: IdempotencyInterceptor },
+];
+
+const exported = [IDEMPOTENCY_OPTIONS, IDEMPOTENCY_STORE, IDEMPOTENCY_LAYER, IdempotencyInterceptor];
+
+/** The module: `IdempotencyModule.forRoot({ store })` or `IdempotencyModule.forRootAsync({ ... })`, in the root module. */
+export class IdempotencyModule implements OnApplicationShutdown {
+  readonly #owned: OwnedStore;
+
+  constructor(owned: OwnedStore) {
+    this.#owned = owned;
+  }
+
+  /** Closes the store the module created from a URL; a store it was given stays open. */
+  async onApplicationShutdown(): Promise<void> {
+    if (this.#owned.owned) await this.#owned.store.close();
+  }
+
+  static forRoot(options: IdempotencyModuleOptions): DynamicModule {
+    // Checked now, so a bad option fails where it is written.
+    checkOptions(options);
+    return {
+      module: IdempotencyModule,
+      global: options.isGlobal ?? true,
+      providers: [{ provide: IDEMPOTENCY_OPTIONS, useValue: options }, ...coreProviders],
+      exports: exported,
+    };
+  }
+
+  static forRootAsync(options: IdempotencyModuleAsyncOptions): DynamicModule {
+    const ways = [options.useFactory, options.useClass, options.useExisting].filter((w) => w !== undefined).length;
+    if (ways !== 1) {
+      throw new TypeError('Expected IdempotencyModule.forRootAsync() to get exactly one of `useFactory`, `useClass` or `useExisting`');
+    }
+    if (options.useFactory !== undefined && typeof options.useFactory !== 'function') {
+      throw new TypeError(`Expected \`useFactory\` to be a function, got ${typeof options.useFactory}`);
+    }
+    let optionsProvider: Provider;
+    const extra: Provider[] = [...(options.extraProviders ?? [])];
+    if (options.useFactory) {
+      optionsProvider = { provide: IDEMPOTENCY_OPTIONS, useFactory: options.useFactory, inject: options.inject ?? [] };
+    } else {
+      const token = options.useExisting ?? options.useClass!;
+      if (options.useClass) extra.push(options.useClass);
+      optionsProvider = {
+        provide: IDEMPOTENCY_OPTIONS,
+        useFactory: (factory: IdempotencyOptionsFactory) => factory.createIdempotencyOptions(),
+        inject: [token],
+      };
+    }
+    return {
+      module: IdempotencyModule,
+      global: options.isGlobal ?? true,
+      imports: options.imports ?? [],
+      providers: [optionsProvider, ...extra, ...coreProviders],
+      exports: exported,
+    };
+  }
+}
+Module({})(IdempotencyModule);
+Inject(OWNED_STORE)(IdempotencyModule, undefined, 0);

@@ -1,0 +1,52 @@
+/**
+ * One process of the Nest multi-process race (./nestjs-race.test.ts): a Nest app on the
+ * platform and store URL of argv, listening on an ephemeral port. Prints `port=<n>` and
+ * "ready", serves until "stop" on stdin, then prints one JSON line: the keys it executed.
+ */
+import 'reflect-metadata';
+import type http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Body, Controller, Headers, Module, Post } from '@nestjs/common';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { Test } from '@nestjs/testing';
+import { Idempotent, IdempotencyModule } from '../../adapters/nestjs.js';
+
+const [platform, url] = process.argv.slice(2);
+if (!url || (platform !== 'express' && platform !== 'fastify')) throw new Error('usage: nest-race-worker <express|fastify> <store url>');
+
+const executed: string[] = [];
+
+@Controller()
+@Idempotent()
+class RaceController {
+  @Post('charge')
+  async charge(@Headers('idempotency-key') key: string, @Body() body: { amount: number }) {
+    executed.push(key);
+    // Long enough for the duplicates of the other processes to arrive while it runs.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    return { key, amount: body.amount, pid: process.pid };
+  }
+}
+
+@Module({
+  // A generous wait: this proves one execution per key, not latency, on a busy machine.
+  imports: [IdempotencyModule.forRoot({ store: url, scope: 'shared', wait: 30_000 })],
+  controllers: [RaceController],
+})
+class AppModule {}
+
+const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+const app = moduleRef.createNestApplication(platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(), { logger: false });
+await app.listen(0, '127.0.0.1');
+const { port } = (app.getHttpServer() as http.Server).address() as AddressInfo;
+process.stdout.write(`port=${port}\nready\n`);
+await new Promise<void>((resolve) => {
+  process.stdin.on('data', (chunk) => {
+    if (String(chunk).includes('stop')) resolve();
+  });
+});
+(app.getHttpServer() as http.Server).closeAllConnections();
+await app.close();
+process.stdout.write(`${JSON.stringify({ pid: process.pid, executed })}\n`);
+process.stdin.destroy();
