@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { createAdaptorServer } from '@hono/node-server';
 import { Hono } from 'hono';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -64,7 +64,53 @@ async function app(kind: Kind, options: { store: IdempotencyStore } & Record<str
   return { ...(await serve(hono.fetch)), runs };
 }
 
+/** One request over a raw socket; the whole answer as bytes (the connection closes after it). */
+function rawExchange(port: number, request: Buffer | string): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    socket.once('end', () => resolve(Buffer.concat(chunks)));
+    socket.once('error', reject);
+    socket.end(request);
+  });
+}
+
+/** The head's lines as bytes, without those that differ between a response and its replay. */
+function headLines(response: Buffer): Buffer[] {
+  const end = response.indexOf('\r\n\r\n');
+  expect(end).toBeGreaterThan(0);
+  const lines: Buffer[] = [];
+  for (let at = 0; at < end; ) {
+    const next = response.indexOf('\r\n', at);
+    const line = response.subarray(at, next === -1 || next > end ? end : next);
+    at = (next === -1 || next > end ? end : next) + 2;
+    const name = line.toString('latin1').split(':', 1)[0]!.toLowerCase();
+    if (!['date', 'idempotent-replayed', 'connection', 'keep-alive'].includes(name)) lines.push(line);
+  }
+  return lines;
+}
+
 describe.each(['hono', 'fetch'] as const)('%s on @hono/node-server: hostile responses', (kind) => {
+  it('H7: a non-ASCII header value replays as the very bytes the first response sent', async () => {
+    const { store } = counted();
+    const { port } = await app(kind, { store, replayHeaders: ['x-file-name'] }, () =>
+      new Response('{"ok":true}', {
+        status: 201,
+        headers: { 'content-type': 'application/json', location: '/files/caf\u00e9', 'x-file-name': 'r\u00e9sum\u00e9.pdf' },
+      }),
+    );
+    const request = `POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nIdempotency-Key: ${randomUUID()}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`;
+    const first = await rawExchange(port, request);
+    const replay = await rawExchange(port, request);
+    expect(replay.toString('latin1')).toMatch(/idempotent-replayed: true/i);
+    const firstLines = headLines(first).map((line) => line.toString('hex'));
+    const replayLines = headLines(replay).map((line) => line.toString('hex'));
+    expect(replayLines.sort()).toEqual(firstLines.sort());
+    expect(replay.subarray(replay.indexOf('\r\n\r\n'))).toEqual(first.subarray(first.indexOf('\r\n\r\n')));
+  });
+
+
   it('H17: a header value refused only when read (Content-Disposition from ?name= with a newline) settles the claim: no 409 after, no lease renewal', async () => {
     const { store, calls } = counted();
     const leaseMs = 300;
