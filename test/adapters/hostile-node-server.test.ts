@@ -5,10 +5,12 @@
  * body over `maxBodyBytes` from a client still writing it.
  */
 import { randomUUID } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
 import type http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { createAdaptorServer } from '@hono/node-server';
 import { Hono } from 'hono';
+import { Readable } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { withIdempotency } from '../../adapters/fetch.js';
@@ -133,4 +135,55 @@ describe.each(['hono', 'fetch'] as const)('%s on @hono/node-server: hostile resp
     expect(calls.extend).toBe(extendsBefore);
     expect(extendsBefore).toBe(0);
   });
+});
+
+const ROUNDS = 20;
+const BODY = Buffer.alloc(3 * 1024 * 1024, 'x');
+
+/** POST `body` the way a plain Node client does (it reads only once it has written it all). */
+function post(url: string, key: string, body: Buffer, mode: 'length' | 'chunked', pauseMs = 0): Promise<{ status?: number; error?: string }> {
+  return new Promise((resolve) => {
+    const headers: http.OutgoingHttpHeaders = { 'content-type': 'application/json', 'idempotency-key': key };
+    if (mode === 'length') headers['content-length'] = body.length;
+    const request = httpRequest(`${url}/payments`, { method: 'POST', headers, agent: false });
+    request.on('response', (res) => {
+      res.resume();
+      res.on('end', () => resolve({ status: res.statusCode }));
+      res.on('error', (error) => resolve({ error: `${(error as NodeJS.ErrnoException).code ?? error.message} (response)` }));
+    });
+    request.on('error', (error) => resolve({ error: (error as NodeJS.ErrnoException).code ?? error.message }));
+    if (mode === 'length' && pauseMs === 0) request.end(body);
+    else {
+      // A slow client: a pause between its 64 KiB pieces (the body takes longer to arrive).
+      const pieces = async function* () {
+        for (let i = 0; i < body.length; i += 64 * 1024) {
+          if (pauseMs > 0) await sleep(pauseMs);
+          yield body.subarray(i, i + 64 * 1024);
+        }
+      };
+      Readable.from(pieces()).pipe(request);
+    }
+  });
+}
+
+describe.each(['hono', 'fetch'] as const)('%s on @hono/node-server: a 413 reaches a client still writing its body', (kind) => {
+  for (const mode of ['length', 'chunked'] as const) {
+    it(`§5 body-too-large: a 3 MiB body (${mode === 'length' ? 'Content-Length' : 'chunked'}) gets 413, ${ROUNDS} of ${ROUNDS}`, async () => {
+      const { store } = counted();
+      const { url, runs } = await app(kind, { store }, () => new Response('{}', { status: 201 }));
+      const outcomes = [];
+      for (let i = 0; i < ROUNDS; i++) outcomes.push(await post(url, `huge-${mode}-${i}-${randomUUID()}`, BODY, mode));
+      expect(outcomes).toEqual(Array.from({ length: ROUNDS }, () => ({ status: 413 })));
+      expect(runs.n).toBe(0);
+    });
+
+    it(`§5 body-too-large: a slow client's 3 MiB body (${mode === 'length' ? 'Content-Length' : 'chunked'}, over a second or more) still gets 413`, async () => {
+      const { store } = counted();
+      const { url, runs } = await app(kind, { store }, () => new Response('{}', { status: 201 }));
+      const outcomes = [];
+      for (let i = 0; i < 3; i++) outcomes.push(await post(url, `slow-${mode}-${i}-${randomUUID()}`, BODY, mode, 25));
+      expect(outcomes).toEqual(Array.from({ length: 3 }, () => ({ status: 413 })));
+      expect(runs.n).toBe(0);
+    });
+  }
 });
