@@ -7,10 +7,12 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
+import express from 'express';
 import Fastify from 'fastify';
 import Koa from 'koa';
 import { afterAll, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
+import { idempotency as expressIdempotency } from '../../adapters/express.js';
 import fastifyIdempotency from '../../adapters/fastify.js';
 import { idempotency as koaIdempotency } from '../../adapters/koa.js';
 import { withIdempotency } from '../../adapters/node.js';
@@ -52,6 +54,26 @@ const apps: Record<string, (runs: Runs) => Promise<string>> = {
     });
     closers.push(() => app.close());
     return app.listen({ port: 0, host: '127.0.0.1' });
+  },
+  async express(runs) {
+    const app = express();
+    app.use(expressIdempotency(options()));
+    app.post('/header', (_req, res) => {
+      runs.header++;
+      res.set('content-disposition', BAD).status(201).send('x');
+    });
+    app.post('/stream', (_req, res) => {
+      runs.stream++;
+      res.status(201);
+      failing()
+        .on('error', () => res.destroy())
+        .pipe(res);
+    });
+    app.use((_error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      if (res.headersSent) res.destroy();
+      else res.status(500).end();
+    });
+    return listen(http.createServer(app));
   },
   async koa(runs) {
     const app = new Koa();
