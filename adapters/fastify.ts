@@ -19,7 +19,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import { BodyTooLargeError } from '../src/errors.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import { RawBody } from '../src/fingerprint.js';
-import { captureStream, endAfterDrain, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
+import { captureStream, endAfterDrain, invalidHeader, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
 import { uploadBody, type UploadSource } from './internal/uploads.js';
 
 /** Every option of `IdempotencyOptions`; `scope` and `fingerprint` get the Fastify request. */
@@ -260,6 +260,15 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     }
     state.settled = true;
     const head: Omit<CapturedResponse, 'body'> = { status: reply.statusCode, headers: reply.getHeaders() };
+    // A header Node refuses to write (a value with a newline) would throw after the record
+    // is stored, outside Fastify's error handling: the client would get nothing and the
+    // retry the stored response. It is the handler's error: release, and let Fastify answer.
+    const invalid = invalidHeader(head.headers);
+    if (invalid) {
+      const failed = () => done(invalid);
+      claim.fail(invalid).then(failed, failed);
+      return;
+    }
     const sent = () => done(null, payload);
     const bytes = payloadBytes(payload);
     if (bytes) {

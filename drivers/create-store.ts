@@ -6,7 +6,7 @@
  * @example
  * const store = createStore(process.env.IDEMPOTENCY_STORE ?? 'sqlite://./.data/idempotency.sqlite');
  */
-import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, SettleListener, StoredResponse } from '../src/store.js';
+import type { ClaimContext, ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, SettleListener, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
 import { refuseKv } from './cloudflare-bindings.js';
 import { DRIVERS, driverForAdapter, driverForBinding, driverForScheme, type RegisteredDriver } from './registry.js';
@@ -85,8 +85,8 @@ function lazyStore(driver: RegisteredDriver, options: Record<string, unknown>): 
   return {
     name: driver.name,
     // Once loaded, the hot calls return the driver's own promise (no async wrapper's ticks).
-    claim: (key: string, request: ClaimRequest, leaseMs: number) =>
-      ready ? ready.claim(key, request, leaseMs) : store().then((s) => s.claim(key, request, leaseMs)),
+    claim: (key: string, request: ClaimRequest, leaseMs: number, context?: ClaimContext) =>
+      ready ? ready.claim(key, request, leaseMs, context) : store().then((s) => s.claim(key, request, leaseMs, context)),
     get: (key: string) => (ready ? ready.get(key) : store().then((s) => s.get(key))),
     complete: (key: string, token: string, response: StoredResponse, ttlMs: number) =>
       ready ? ready.complete(key, token, response, ttlMs) : store().then((s) => s.complete(key, token, response, ttlMs)),

@@ -8,6 +8,7 @@
  * const store = memoryStore({ maxEntries: 10_000 });
  */
 import type {
+  ClaimContext,
   ClaimRequest,
   ClaimResult,
   IdempotencyRecord,
@@ -91,15 +92,24 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     throw new TypeError('Expected `map` to be an empty Map');
   }
   const records = options.map ?? new Map<string, IdempotencyRecord>();
-  // The completed records in completion order, as flat [key, record] pairs in a queue read
-  // from `head`: eviction takes the oldest, O(1), never a processing record. A pair whose
-  // record was since deleted or replaced is stale and skipped; the queue is compacted when
-  // stale pairs outnumber live ones. (A Map would keep the order too, but V8 leaves deleted
-  // entries in place until it rehashes, so finding the first live key after many
-  // evictions walks them all.) Nothing else is kept per record: a record's bytes are
-  // computed again from it when it goes.
-  let queue: (string | IdempotencyRecord | undefined)[] = [];
-  let head = 0;
+  // Fair across scopes: every record belongs to its scope's partition (the engine passes a
+  // hash of the scope with each claim; a caller that passes none puts its records in one
+  // partition). Past a bound, the evicted record is the oldest completed one of the
+  // partition that holds the most (bytes for `maxBytes`, completed records for
+  // `maxEntries`), so one tenant filling the store evicts its own records, never those of a
+  // tenant that holds less. Each partition keeps its completed records in completion order,
+  // as flat [key, record] pairs in a queue read from `head`: the oldest goes in O(1). A
+  // pair whose record was since deleted or replaced is stale and skipped; a queue is
+  // compacted when stale pairs outnumber live ones. A record's bytes are computed again
+  // from it when it goes.
+  interface Partition {
+    queue: (string | IdempotencyRecord | undefined)[];
+    head: number;
+    count: number;
+    bytes: number;
+  }
+  const partitions = new Map<string, Partition>();
+  const partitionOf = new Map<string, Partition>();
   let completedCount = 0;
   let completedBytes = 0;
 
@@ -107,17 +117,35 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     const record = records.get(key);
     if (record === undefined) return;
     records.delete(key);
+    const partition = partitionOf.get(key);
+    partitionOf.delete(key);
     if (record.state === 'completed') {
+      const bytes = recordBytes(record.response);
       completedCount--;
-      completedBytes -= recordBytes(record.response);
+      completedBytes -= bytes;
+      if (partition) {
+        partition.count--;
+        partition.bytes -= bytes;
+      }
     }
   };
-  const evictOldestCompleted = (): boolean => {
-    while (head < queue.length) {
-      const key = queue[head] as string;
-      const record = queue[head + 1];
-      queue[head] = queue[head + 1] = undefined;
-      head += 2;
+  /** The partition holding the most (by `by`) completed records, if any holds one. */
+  const largest = (by: 'bytes' | 'count'): Partition | undefined => {
+    let found: Partition | undefined;
+    for (const partition of partitions.values()) {
+      if (partition.count > 0 && (found === undefined || partition[by] > found[by])) found = partition;
+    }
+    return found;
+  };
+  const evictOldestCompleted = (by: 'bytes' | 'count'): boolean => {
+    const partition = largest(by);
+    if (partition === undefined) return false;
+    const { queue } = partition;
+    while (partition.head < queue.length) {
+      const key = queue[partition.head] as string;
+      const record = queue[partition.head + 1];
+      queue[partition.head] = queue[partition.head + 1] = undefined;
+      partition.head += 2;
       if (records.get(key) === record) {
         forget(key);
         return true;
@@ -125,20 +153,32 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     }
     return false;
   };
-  const enqueue = (key: string, record: IdempotencyRecord): void => {
-    queue.push(key, record);
+  const enqueue = (partition: Partition, key: string, record: IdempotencyRecord): void => {
+    partition.queue.push(key, record);
+    const { queue, head } = partition;
     const pending = (queue.length - head) / 2;
-    if (pending > 1024 && pending > 2 * completedCount) {
+    if (pending > 64 && pending > 2 * partition.count) {
       const live: (string | IdempotencyRecord | undefined)[] = [];
       for (let i = head; i < queue.length; i += 2) {
         if (records.get(queue[i] as string) === queue[i + 1]) live.push(queue[i], queue[i + 1]);
       }
-      queue = live;
-      head = 0;
-    } else if (head > 2048 && head * 2 > queue.length) {
-      queue = queue.slice(head);
-      head = 0;
+      partition.queue = live;
+      partition.head = 0;
+    } else if (head > 128 && head * 2 > queue.length) {
+      partition.queue = queue.slice(head);
+      partition.head = 0;
     }
+  };
+  const partitionFor = (name: string): Partition => {
+    let partition = partitions.get(name);
+    if (partition === undefined) partitions.set(name, (partition = { queue: [], head: 0, count: 0, bytes: 0 }));
+    return partition;
+  };
+  /** Partitions left without a record (every key released or gone) are dropped. */
+  const dropEmpty = (): void => {
+    if (partitions.size <= 2 * (partitionOf.size + 1)) return;
+    const used = new Set(partitionOf.values());
+    for (const [name, partition] of partitions) if (!used.has(partition)) partitions.delete(name);
   };
 
   const sweep = (): number => {
@@ -156,7 +196,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
   timer?.unref();
 
   const makeRoom = (): void => {
-    while (records.size >= maxEntries && evictOldestCompleted());
+    while (records.size >= maxEntries && evictOldestCompleted('count'));
     if (records.size < maxEntries) return;
     // Only processing records left: expired leases can go (a full pass, only in this case).
     sweep();
@@ -182,12 +222,14 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
   // which is what makes claim atomic within one process.
   return {
     name: 'memory',
-    async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
+    async claim(key: string, request: ClaimRequest, leaseMs: number, context?: ClaimContext): Promise<ClaimResult> {
       const current = live(key);
       if (current) return { claimed: false, record: current };
       makeRoom();
       const record = { state: 'processing' as const, ...request, leaseUntil: now() + leaseMs };
       records.set(key, record);
+      partitionOf.set(key, partitionFor(typeof context?.partition === 'string' ? context.partition : ''));
+      dropEmpty();
       return { claimed: true, record };
     },
     async get(key: string) {
@@ -206,10 +248,15 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
         response: { status: response.status, headers: copyHeaders(response.headers), body },
       };
       records.set(key, done);
-      enqueue(key, done);
+      const partition = partitionOf.get(key) ?? partitionFor('');
+      partitionOf.set(key, partition);
+      enqueue(partition, key, done);
+      const bytes = recordBytes(response);
       completedCount++;
-      completedBytes += recordBytes(response);
-      while (completedBytes > maxBytes && completedCount > 1) evictOldestCompleted();
+      completedBytes += bytes;
+      partition.count++;
+      partition.bytes += bytes;
+      while (completedBytes > maxBytes && completedCount > 1) evictOldestCompleted('bytes');
       return true;
     },
     async release(key: string, token: string) {
@@ -226,9 +273,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     async close() {
       if (timer) clearInterval(timer);
       records.clear();
+      partitions.clear();
+      partitionOf.clear();
       completedCount = 0;
-      queue = [];
-      head = 0;
       completedBytes = 0;
     },
     async delete(key: string) {

@@ -10,7 +10,7 @@
 import { decide } from './decide.js';
 import { IdempotencyConflictError, IdempotencyMismatchError, ResponseNotReplayableError, StoreUnavailableError } from './errors.js';
 import { fingerprintValue, sameFingerprint, type Fingerprint } from './fingerprint.js';
-import { storageKey } from './key.js';
+import { scopePartition, storageKey } from './key.js';
 import { Lease, newToken, type EngineServices } from './lease.js';
 import type { CompletedRecord, IdempotencyRecord } from './store.js';
 import type { AcquireOutcome } from './telemetry.js';
@@ -41,6 +41,8 @@ class Acquisition {
   /** When the wait ends: set once, when this request first learns that the key is in progress. */
   deadline: number | undefined = undefined;
   readonly skey: string;
+  /** The scope as the store sees it, for a store's fair bounds. */
+  readonly partition: string;
 
   constructor(
     readonly engine: EngineServices,
@@ -49,6 +51,7 @@ class Acquisition {
     readonly fingerprint: Fingerprint,
   ) {
     this.skey = storageKey(scope, key);
+    this.partition = scopePartition(scope);
   }
 
   async run(): Promise<Acquired> {
@@ -89,7 +92,7 @@ class Acquisition {
     const token = newToken();
     let result;
     try {
-      result = await engine.call('claim', () => store.claim(skey, { fingerprint: fingerprintValue(fingerprint), token, createdAt: now() }, leaseMs));
+      result = await engine.call('claim', () => store.claim(skey, { fingerprint: fingerprintValue(fingerprint), token, createdAt: now() }, leaseMs, { partition: this.partition }));
     } catch (error) {
       engine.storeError('claim', key, scope, error);
       // A claim that timed out may still reach the store later (a paused or slow server

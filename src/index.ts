@@ -50,6 +50,7 @@ export {
 export type { FailureKind } from './outcome.js';
 export type { FormatError, HttpResponse, ProblemDetails } from './problem.js';
 export type {
+  ClaimContext,
   ClaimRequest,
   ClaimResult,
   CompletedRecord,

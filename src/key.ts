@@ -12,6 +12,11 @@ export function storageKey(scope: string | undefined, key: string): string {
   return sha256(JSON.stringify([scope ?? null, key]));
 }
 
+/** The store's view of a scope (ClaimContext.partition): a hash, never the scope's text. */
+export function scopePartition(scope: string | undefined): string {
+  return sha256(JSON.stringify(['partition', scope ?? null]));
+}
+
 export type KeyParseResult = { key: string } | { key: undefined; error: IdempotencyKeyError | undefined };
 
 const messages: Record<KeyInvalidReason, string> = {

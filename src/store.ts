@@ -44,6 +44,16 @@ export interface ClaimRequest {
   createdAt: number;
 }
 
+/** What a claim tells a store beyond the record itself. Optional: a store may ignore it. */
+export interface ClaimContext {
+  /**
+   * A hash of the request's scope (whose key space the key is in), the same for every key
+   * of one scope and never the scope's text: a store with bounds (the memory store) uses
+   * it to keep them fair across tenants.
+   */
+  partition: string;
+}
+
 export type ClaimResult =
   | { claimed: true; record: ProcessingRecord }
   | { claimed: false; record: IdempotencyRecord };
@@ -60,7 +70,7 @@ export interface IdempotencyStore {
    * expired, or its completed record has expired. Exactly one of any number of
    * concurrent claimers wins; a loser gets the live record in the same round trip.
    */
-  claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult>;
+  claim(key: string, request: ClaimRequest, leaseMs: number, context?: ClaimContext): Promise<ClaimResult>;
   /** Never returns an expired record or a processing record whose lease ended. */
   get(key: string): Promise<IdempotencyRecord | undefined>;
   /** Processing -> completed, only while `token` owns the record. */

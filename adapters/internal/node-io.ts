@@ -5,7 +5,7 @@
  * public entry point.
  * @module
  */
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { validateHeaderName, validateHeaderValue, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { Readable, Transform } from 'node:stream';
 import { BodyTooLargeError } from '../../src/errors.js';
 import { isJsonType, RawBody } from '../../src/fingerprint.js';
@@ -412,6 +412,24 @@ export function captureStream(source: Readable, claim: HttpClaim, head: Omit<Cap
   });
   source.pipe(tee);
   return tee;
+}
+
+/**
+ * The error Node would throw when writing these headers (a value holding a newline), if
+ * any: checked before a response is stored, so that a response that cannot be sent is
+ * released like a thrown error instead of being stored.
+ */
+export function invalidHeader(headers: CapturedResponse['headers']): Error | undefined {
+  try {
+    for (const [name, value] of Object.entries(headers)) {
+      if (value === undefined) continue;
+      validateHeaderName(name);
+      for (const one of Array.isArray(value) ? value : [value]) validateHeaderValue(name, String(one));
+    }
+  } catch (error) {
+    return error as Error;
+  }
+  return undefined;
 }
 
 /**

@@ -302,7 +302,7 @@ const encoder = new TextEncoder();
  * the standard path (read the stream); test/adapters/hono-node-server.test.ts pins both
  * paths against the installed version.
  */
-function knownBody(response: Response, limit: number): Uint8Array | null | undefined {
+function knownBody(response: Response, limit: number, source?: { string: boolean }): Uint8Array | null | undefined {
   for (const symbol of Object.getOwnPropertySymbols(response)) {
     if (symbol.description !== 'cache') continue;
     const kept: unknown = (response as unknown as Record<symbol, unknown>)[symbol];
@@ -311,12 +311,25 @@ function knownBody(response: Response, limit: number): Uint8Array | null | undef
     if (body === null) return EMPTY;
     // Over the limit it is not stored (`null`): no copy is made only to be dropped. A
     // string longer than the limit in UTF-16 units is longer in UTF-8 bytes too.
-    if (typeof body === 'string') return body.length > limit ? null : encoder.encode(body);
+    if (typeof body === 'string') {
+      if (source) source.string = true;
+      return body.length > limit ? null : encoder.encode(body);
+    }
     // A copy (`Buffer#slice` would not be one): the handler may reuse its buffer.
     if (body instanceof Uint8Array) return body.byteLength > limit ? null : new Uint8Array(body);
     return undefined;
   }
   return undefined;
+}
+
+/** Whether a header value holds a character beyond ASCII. */
+function nonAsciiHeader(headers: Head['headers']): boolean {
+  for (const value of Object.values(headers)) {
+    if (typeof value === 'string' ? /[^\x00-\x7f]/.test(value) : Array.isArray(value) && value.some((v) => /[^\x00-\x7f]/.test(String(v)))) {
+      return true;
+    }
+  }
+  return false;
 }
 
 /**
@@ -340,10 +353,15 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     await claim.fail(error);
     throw error;
   }
-  const known = knownBody(response, claim.maxResponseBytes);
+  const kept = { string: false };
+  const known = knownBody(response, claim.maxResponseBytes, kept);
   if (known !== undefined) {
     // Nothing read from it: the server sends it as it would have without us.
     await claim.finish({ ...head, body: known });
+    // Node writes a head that goes out with a string body in the body's encoding (UTF-8), and
+    // otherwise as latin1, as the replay (bytes) goes out: a non-ASCII header value is sent
+    // with the body as bytes, so that the first response and its replay are the same bytes.
+    if (kept.string && known !== null && nonAsciiHeader(head.headers)) return new Response(known as ResponseBody, response);
     return response;
   }
   if (response.body === null) {

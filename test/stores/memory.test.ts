@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { createStore } from '../../drivers/create-store.js';
 import { storeMaintenanceSuite } from '../suites/store-maintenance.suite.js';
+import { idempotent } from '../../src/idempotent.js';
 import { storeSuite } from '../suites/store.suite.js';
 
 storeSuite('memory', {
@@ -89,6 +90,53 @@ describe('memory store specifics', () => {
     expect((await store.get('k99'))?.state).toBe('completed');
     expect(await store.get('k91')).toBeUndefined();
     expect(() => memoryStore({ maxBytes: 0 })).toThrow('Expected `maxBytes` to be a positive integer, got 0');
+    await store.close();
+  });
+
+  it('S8: maxBytes is fair across scopes: 70 responses of 1 MB from one tenant evict its own records, never another tenant\'s; that tenant replays', async () => {
+    const store = memoryStore({ sweepIntervalMs: 0 }); // 64 MiB
+    const runs: string[] = [];
+    const order = idempotent(
+      async (tenant: string, id: string, size: number) => {
+        runs.push(`${tenant}/${id}`);
+        return { id, blob: 'x'.repeat(size) };
+      },
+      { store, key: (_tenant, id) => id, scope: (tenant) => tenant },
+    );
+    await order('tenant-b', 'order-1', 1000);
+    for (let i = 0; i < 70; i++) await order('tenant-a', `bulk-${i}`, 1024 * 1024);
+    // Tenant B's retry replays: its one small record was not evicted.
+    expect((await order('tenant-b', 'order-1', 1000)).id).toBe('order-1');
+    expect(runs.filter((r) => r.startsWith('tenant-b/'))).toEqual(['tenant-b/order-1']);
+    // Tenant A's own oldest went instead (and its newest are kept).
+    const before = runs.length;
+    await order('tenant-a', 'bulk-69', 1024 * 1024);
+    await order('tenant-a', 'bulk-0', 1024 * 1024);
+    expect(runs.slice(before)).toEqual(['tenant-a/bulk-0']);
+    await store.close();
+  });
+
+  it('S8: maxEntries and maxBytes evict from the partition that holds the most; records claimed without a partition share one', async () => {
+    const map = new Map();
+    const store = memoryStore({ map, maxEntries: 10, maxBytes: 1_000_000, sweepIntervalMs: 0 });
+    const req = (token: string) => ({ token, fingerprint: 'f', createdAt: Date.now() });
+    const response = { status: 200, headers: {}, body: new Uint8Array(10) };
+    const put = async (key: string, partition: string | undefined) => {
+      expect((await store.claim(key, req(key), 60_000, partition === undefined ? undefined : { partition })).claimed).toBe(true);
+      expect(await store.complete(key, key, response, 600_000)).toBe(true);
+    };
+    await put('b1', 'b');
+    await put('b2', 'b');
+    await put('c1', 'c');
+    for (let i = 0; i < 30; i++) await put(`a${i}`, 'a');
+    expect(map.size).toBe(10);
+    for (const key of ['b1', 'b2', 'c1']) expect((await store.get(key))?.state, key).toBe('completed');
+    expect((await store.get('a29'))?.state).toBe('completed');
+    expect(await store.get('a0')).toBeUndefined();
+    // Once A holds no more than B, B's oldest can go too.
+    for (let i = 0; i < 8; i++) await put(`n${i}`, undefined);
+    expect(map.size).toBe(10);
+    expect((await store.get('c1'))?.state).toBe('completed');
     await store.close();
   });
 
