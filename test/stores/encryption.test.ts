@@ -326,3 +326,26 @@ for (const [name, { available, open }] of Object.entries(stores)) {
     });
   });
 }
+
+describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))('encryption at rest in a transaction (postgres)', () => {
+  it('idempotent(fn, { transaction: true }) seals the result it commits with the effect', async () => {
+    const raw = await stores.postgres!.open();
+    try {
+      let runs = 0;
+      const charge = idempotent(
+        async (msg: { id: string }, client: pg.PoolClient) => {
+          runs++;
+          await client.query('SELECT 1');
+          return { card: `card=4242-${msg.id}` };
+        },
+        { store: raw.store as never, key: (m) => m.id, transaction: true, encryption: { keys: [k2, k1] } },
+      );
+      expect(await charge({ id: 't' })).toEqual({ card: 'card=4242-t' });
+      expect(await charge({ id: 't' })).toEqual({ card: 'card=4242-t' });
+      expect(runs).toBe(1);
+      expect(has(await raw.dump(), 'card=4242')).toBe(false);
+    } finally {
+      await raw.close();
+    }
+  });
+});
