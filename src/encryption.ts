@@ -184,17 +184,23 @@ function openWith(sealed: StoredResponse, storageKey: string, fingerprint: strin
 }
 
 function associatedData(head: Buffer, storageKey: string, fingerprint: string): Buffer {
-  return Buffer.concat([head, Buffer.from(`\0${storageKey}\0${fingerprint}`, 'utf8')]);
+  // One allocation: head | 0 | storage key | 0 | fingerprint (both ASCII in practice, UTF-8 in any case).
+  const tail = `\0${storageKey}\0${fingerprint}`;
+  const out = Buffer.allocUnsafe(head.length + Buffer.byteLength(tail));
+  head.copy(out, 0);
+  out.write(tail, head.length);
+  return out;
 }
 
 /** The plaintext: 4-byte length of a JSON head ({ s, h, n: body is null }), the head, then the body bytes. */
 function encodePlain(response: StoredResponse): Buffer {
-  const head = Buffer.from(JSON.stringify(response.body === null ? { s: response.status, h: response.headers, n: 1 } : { s: response.status, h: response.headers }));
+  const head = JSON.stringify(response.body === null ? { s: response.status, h: response.headers, n: 1 } : { s: response.status, h: response.headers });
+  const headBytes = Buffer.byteLength(head);
   const body = response.body;
-  const out = Buffer.allocUnsafe(4 + head.length + (body?.byteLength ?? 0));
-  out.writeUInt32BE(head.length, 0);
-  head.copy(out, 4);
-  if (body) out.set(body, 4 + head.length);
+  const out = Buffer.allocUnsafe(4 + headBytes + (body?.byteLength ?? 0));
+  out.writeUInt32BE(headBytes, 0);
+  out.write(head, 4);
+  if (body) out.set(body, 4 + headBytes);
   return out;
 }
 
