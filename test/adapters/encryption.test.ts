@@ -6,6 +6,7 @@
  * checked on every database in test/stores/encryption.test.ts.
  */
 import { randomBytes } from 'node:crypto';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Hono } from 'hono';
@@ -83,6 +84,17 @@ describe('encryption at rest: node adapter', () => {
     expectProblem(reply, 500, 'record-unreadable');
     expect(other.runs.count).toBe(0);
     expect(other.events.filter((e) => e.type === 'record-unreadable').map((e) => e.keyId)).toEqual(['k2']);
+    // The diagnostics channel says which key is missing too.
+    const messages: { type: string; keyId?: string }[] = [];
+    const listen = (message: unknown) => messages.push(message as { type: string; keyId?: string });
+    subscribe('idempotency-kit:event', listen);
+    try {
+      expectProblem(await send(other.url, { path: '/orders', key: 'n-2', body: { a: 1 } }), 500, 'record-unreadable');
+    } finally {
+      unsubscribe('idempotency-kit:event', listen);
+    }
+    expect(messages.find((m) => m.type === 'record-unreadable')?.keyId).toBe('k2');
+    expect(other.runs.count).toBe(0);
     // A different request under that key is still a mismatch (the fingerprint is not sealed).
     expectProblem(await send(other.url, { path: '/orders', key: 'n-2', body: { a: 2 } }), 422, 'key-reused');
   });
