@@ -46,11 +46,12 @@ export interface ServerEnv {
   COUNT_OPS?: '1';
 }
 
-const entries: Record<'server' | 'fingerprint' | 'breakdown' | 'pairs', string[]> = {
+const entries: Record<'server' | 'fingerprint' | 'breakdown' | 'pairs' | 'encryption', string[]> = {
   server: ['--import', 'tsx', 'bench/server.ts'],
   fingerprint: ['--import', 'tsx', 'bench/fingerprint.ts'],
   breakdown: ['--import', 'tsx', 'bench/breakdown.ts'],
   pairs: ['--import', 'tsx', 'bench/pairs.ts'],
+  encryption: ['--import', 'tsx', 'bench/encryption.ts'],
 };
 
 /** The node arguments that run a bench entry (bundled when `bundleEntries()` succeeded). */

@@ -6,6 +6,7 @@
 import type { BurstResult, LoadResult, Scenario } from './lib.js';
 import type { BreakdownRow } from './breakdown.js';
 import type { WaitingRow } from './waiting.js';
+import type { EncryptionResult } from './encryption.js';
 import type { FingerprintResult } from './fingerprint.js';
 import type { PairsReport } from './pairs.js';
 
@@ -53,6 +54,8 @@ export interface BenchResults {
   /** How duplicates wait (bench/waiting.ts); absent in runs before it existed. */
   waiting?: WaitingRow[];
   fingerprint: FingerprintResult | undefined;
+  /** Absent in results recorded before encryption at rest existed. */
+  encryption?: EncryptionResult | undefined;
   breakdown?: BreakdownRow[] | undefined;
   skipped: string[];
   notes: string[];
@@ -398,6 +401,20 @@ export function renderMarkdown(results: BenchResults): string {
       );
       out.push('');
     }
+  }
+
+  const enc = results.encryption;
+  if (enc) {
+    out.push('### Encryption at rest');
+    out.push('');
+    out.push(table(['operation', 'body', 'CPU µs'], enc.cases.map((c) => [c.name === 'aes-gcm' ? 'AES-256-GCM alone (floor)' : c.name === 'seal' ? 'seal (per first execution)' : 'open (per replay)', `${c.bytes / 1024} KiB`, n2(c.us)])));
+    out.push('');
+    out.push(
+      `Fetch adapter in-process on the memory store, 1 KiB response, CPU µs per request without → with \`encryption\` (median of paired rounds): ` +
+        `${enc.http.map((h) => `${h.scenario === 'first' ? 'first execution' : 'replay'} ${n1(h.plainUs)} → ${n1(h.sealedUs)}, **+${n1(h.addedUs)}** (rounds ${n1(h.spread[0])} … ${n1(h.spread[1])})`).join('; ')}. ` +
+        `Target: at most 10 µs more for 1 KiB: ${enc.withinTarget ? 'met' : '**not met in this run**'}.`,
+    );
+    out.push('');
   }
 
   if (results.breakdown) {

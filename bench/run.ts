@@ -12,7 +12,7 @@
  *   --adapters=a,b       subset of node,express,fastify,koa,hono
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
- *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting   skip a part
+ *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting --no-encryption   skip a part
  *   --write / --no-write write docs/benchmarks.md (generated part) and docs/benchmarks.svg
  *                        (default: write in full mode, not in quick mode)
  *   --cpu-prof           servers write V8 CPU profiles to bench/profiles/
@@ -47,6 +47,7 @@ import {
 } from './lib.js';
 import { renderMarkdown, renderSvg, type BenchResults, type RoundTripRow, type Row } from './report.js';
 import type { BreakdownRow } from './breakdown.js';
+import type { EncryptionResult } from './encryption.js';
 import type { FingerprintResult } from './fingerprint.js';
 import type { PairsReport } from './pairs.js';
 import { measureWaiting, type WaitingRow } from './waiting.js';
@@ -70,6 +71,7 @@ const peers = !flag('no-peers');
 const roundTrips = !flag('no-round-trips');
 const waitingPart = !flag('no-waiting');
 const fingerprint = !flag('no-fingerprint');
+const encryption = !flag('no-encryption');
 const pairsPart = !flag('no-pairs');
 const write = flag('write') || (!quick && !flag('no-write'));
 const cpuProfDir = flag('cpu-prof') ? path.join(ROOT, 'bench/profiles') : undefined;
@@ -412,6 +414,23 @@ function runFingerprint(): FingerprintResult | undefined {
   return result;
 }
 
+// ---------------------------------------------------------------- encryption at rest
+function runEncryption(): EncryptionResult | undefined {
+  const out = spawnSync(process.execPath, [...entryArgs('encryption'), '--json', ...(quick ? ['--quick'] : [])], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    maxBuffer: 10 * 2 ** 20,
+  });
+  if (out.status !== 0) {
+    problems.push(`encryption bench failed: ${out.stderr}`);
+    return undefined;
+  }
+  const result = JSON.parse(out.stdout.trim().split('\n').pop()!) as EncryptionResult;
+  for (const c of result.cases) log(`  ${c.name.padEnd(7)} ${String(c.bytes).padStart(6)} B  ${fmt(c.us, 2)} µs`);
+  for (const h of result.http) log(`  http ${h.scenario.padEnd(6)} +${fmt(h.addedUs, 1)} µs per request (plain ${fmt(h.plainUs, 1)}, sealed ${fmt(h.sealedUs, 1)})`);
+  return result;
+}
+
 // ---------------------------------------------------------------- store CPU per pair
 function runPairs(): PairsReport | undefined {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'idempotency-pairs-'));
@@ -607,6 +626,11 @@ async function main(): Promise<void> {
     log(`\nfingerprint cost (${fmt((Date.now() - started) / 1000, 1)} s)`);
     fp = runFingerprint();
   }
+  let enc: EncryptionResult | undefined;
+  if (encryption) {
+    log(`\nencryption at rest, CPU µs (${fmt((Date.now() - started) / 1000, 1)} s)`);
+    enc = runEncryption();
+  }
   let breakdown: BreakdownRow[] | undefined;
   if (fingerprint) {
     log(`\nwhere the time goes, in-process CPU µs per call (${fmt((Date.now() - started) / 1000, 1)} s)`);
@@ -631,6 +655,7 @@ async function main(): Promise<void> {
     pairs,
     waiting,
     fingerprint: fp,
+    encryption: enc,
     breakdown,
     skipped,
     notes: [`servers ${how}`, ...(redisNote ? [redisNote] : []), ...notes],

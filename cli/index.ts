@@ -6,12 +6,14 @@
  * @example
  * npx idempotency-kit inspect --store redis://127.0.0.1:6379 --key order-42 --scope tenant-7
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { createStore } from '../drivers/create-store.js';
+import { isSealed, openRecord, resolveEncryption, sealedKeyId, type Keyring } from '../src/encryption.js';
+import { isIdempotencyError } from '../src/errors.js';
 import { storageKey } from '../src/key.js';
-import type { IdempotencyRecord, IdempotencyStore, StoreStats } from '../src/store.js';
+import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, StoreStats } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
 
 /** Exit codes (docs/cli.md#exit-codes). */
@@ -43,6 +45,8 @@ Options:
   --progress         progress on stderr even when it is not a terminal
   --timeout MS       longest wait for the store, per call (default 5000)
   --force            purge a record that is still processing
+  --keys-file FILE   inspect: open encrypted records with these keys, a JSON array
+                     [{ "id": "…", "key": "<base64 or hex>" }] (default: $IDEMPOTENCY_KEYS, the same JSON)
   -h, --help         this text
 
 Exit codes: 0 ok, 1 not found, 2 usage or bad URL, 3 store unavailable, 4 purge refused.`;
@@ -73,6 +77,7 @@ function parse(argv: string[]) {
         progress: { type: 'boolean', default: false },
         timeout: { type: 'string' },
         force: { type: 'boolean', default: false },
+        'keys-file': { type: 'string' },
         help: { type: 'boolean', short: 'h', default: false },
       },
     });
@@ -148,8 +153,50 @@ function bodyPreview(body: Uint8Array): { encoding: 'utf8' | 'base64'; text: str
   return printable ? { encoding: 'utf8', text, truncated } : { encoding: 'base64', text: head.toString('base64'), truncated };
 }
 
-function describeRecord(key: string, scope: string | undefined, record: IdempotencyRecord) {
-  const completed = record.state === 'completed' ? record : undefined;
+/** The encryption keys given to the command (--keys-file, else $IDEMPOTENCY_KEYS), checked as the engine checks them. */
+function loadKeys(file: string | undefined): Keyring | undefined {
+  let text: string | undefined;
+  if (file !== undefined) {
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (error) {
+      throw new UsageError(`cannot read --keys-file ${file}: ${(error as Error).message}`);
+    }
+  } else text = process.env.IDEMPOTENCY_KEYS;
+  if (text === undefined || text.trim() === '') return undefined;
+  const from = file !== undefined ? `--keys-file ${file}` : '$IDEMPOTENCY_KEYS';
+  let keys: unknown;
+  try {
+    keys = JSON.parse(text);
+  } catch {
+    throw new UsageError(`${from} is not JSON: expected [{ "id": "…", "key": "<base64 or hex>" }]`);
+  }
+  try {
+    return resolveEncryption({ keys }, 'keys');
+  } catch (error) {
+    throw new UsageError(`${from}: ${(error as Error).message}`);
+  }
+}
+
+/**
+ * How an encrypted record shows: opened with the given keys, or, without them (or with keys
+ * that do not open it), as encrypted under its key id with why it was not opened.
+ */
+function openForView(record: IdempotencyRecord, skey: string, keyring: Keyring | undefined): { record: IdempotencyRecord; encryption: { keyId: string | null; opened: boolean; reason?: string } | undefined } {
+  if (record.state !== 'completed' || !isSealed(record.response)) return { record, encryption: undefined };
+  const keyId = sealedKeyId(record.response) ?? null;
+  if (!keyring) return { record, encryption: { keyId, opened: false, reason: 'no keys given (--keys-file or $IDEMPOTENCY_KEYS)' } };
+  try {
+    return { record: openRecord(record, skey, keyring), encryption: { keyId, opened: true } };
+  } catch (error) {
+    if (!isIdempotencyError(error)) throw error;
+    return { record, encryption: { keyId, opened: false, reason: (error as { reason?: string }).reason ?? error.code } };
+  }
+}
+
+function describeRecord(key: string, scope: string | undefined, record: IdempotencyRecord, encryption?: { keyId: string | null; opened: boolean; reason?: string }) {
+  const sealedShut = encryption !== undefined && !encryption.opened;
+  const completed = record.state === 'completed' && !sealedShut ? record : undefined;
   const body = completed?.response.body;
   return {
     key,
@@ -160,6 +207,8 @@ function describeRecord(key: string, scope: string | undefined, record: Idempote
     fingerprint: record.fingerprint,
     createdAt: iso(record.createdAt),
     ...(record.state === 'processing' ? { leaseUntil: iso(record.leaseUntil) } : { expiresAt: iso(record.expiresAt) }),
+    ...(encryption ? { encryption } : {}),
+    ...(record.state === 'completed' && sealedShut ? { bodyBytes: (record as CompletedRecord).response.body?.byteLength ?? null } : {}),
     ...(completed
       ? {
           status: completed.response.status,
@@ -181,7 +230,11 @@ function printRecord(output: Output, view: ReturnType<typeof describeRecord>, re
     ['created', `${view.createdAt}  (${relative(record.createdAt, now)})`],
   ];
   if (record.state === 'processing') lines.push(['lease until', `${iso(record.leaseUntil)}  (${relative(record.leaseUntil, now)})`]);
-  else {
+  else if (view.encryption && !view.encryption.opened) {
+    lines.push(['expires', `${iso(record.expiresAt)}  (${relative(record.expiresAt, now)})`]);
+    lines.push(['encrypted', `under key ${view.encryption.keyId ?? '(unreadable id)'}, ${view.bodyBytes} bytes sealed; not opened: ${view.encryption.reason}`]);
+  } else {
+    if (view.encryption) lines.push(['encrypted', `under key ${view.encryption.keyId}, opened`]);
     lines.push(['expires', `${iso(record.expiresAt)}  (${relative(record.expiresAt, now)})`]);
     lines.push(['status', String(record.response.status)]);
     const headers = Object.entries(record.response.headers);
@@ -239,6 +292,8 @@ async function command(argv: string[], output: Output): Promise<number> {
   const url = values.store ?? process.env.IDEMPOTENCY_STORE;
   if (url === undefined || url === '') throw new UsageError('no store: pass --store URL or set IDEMPOTENCY_STORE');
 
+  if (values['keys-file'] !== undefined && name !== 'inspect') throw new UsageError(`${name} takes no --keys-file`);
+  const keyring = name === 'inspect' ? loadKeys(values['keys-file']) : undefined;
   output.progress = values.progress || process.stderr.isTTY === true;
   const store = openStore(url, values.namespace, timeoutMs);
   try {
@@ -247,9 +302,10 @@ async function command(argv: string[], output: Output): Promise<number> {
     const skey = needsKey ? storageKey(scope, key) : '';
     switch (name) {
       case 'inspect': {
-        const record = await storeCall('get', timeoutMs, () => store.get(skey));
-        if (!record) return notFound(output, key, scope);
-        const view = describeRecord(key, scope, record);
+        const stored = await storeCall('get', timeoutMs, () => store.get(skey));
+        if (!stored) return notFound(output, key, scope);
+        const { record, encryption } = openForView(stored, skey, keyring);
+        const view = describeRecord(key, scope, record, encryption);
         if (output.json) output.out(JSON.stringify(view) + '\n');
         else printRecord(output, view, record);
         return EXIT.ok;

@@ -10,7 +10,7 @@ import type { ClaimContext, ClaimRequest, IdempotencyRecord, IdempotencyStore, M
 import { assertInteger } from '../src/validate.js';
 import { refuseKv } from './cloudflare-bindings.js';
 import { DRIVERS, driverForAdapter, driverForBinding, driverForScheme, type RegisteredDriver } from './registry.js';
-import { assertTableName, isModuleNotFound, missingPackages, redactUrl } from './utils.js';
+import { assertTableName, isModuleNotFound, missingPackages, redactUrl, refuseMemoryInProduction } from './utils.js';
 
 export interface CreateStoreOptions {
   /**
@@ -30,6 +30,12 @@ export interface CreateStoreOptions {
    * @default 60000
    */
   sweepIntervalMs?: number;
+  /**
+   * Memory only (`memory://` or a Map): start even with NODE_ENV=production, where the
+   * memory store otherwise refuses (one process only, every key forgotten on restart).
+   * @default false
+   */
+  allowInProduction?: boolean;
 }
 
 /** What `createStore()` accepts: a URL, a Keyv instance, a Keyv store adapter or an empty Map. */
@@ -176,7 +182,9 @@ export function createStore(target: StoreTarget, options: CreateStoreOptions = {
   checkOptions(options);
   if (typeof target === 'string') {
     const driver = checkUrl(target, options);
-    return driver === memory ? lazyStore(driver, {}) : driverStore(driver, { url: target }, options);
+    if (driver !== memory) return driverStore(driver, { url: target }, options);
+    refuseMemoryInProduction(options.allowInProduction);
+    return lazyStore(driver, { allowInProduction: options.allowInProduction });
   }
   if (typeof target !== 'object' || target === null) {
     throw unsupported(describeValue(target), 'expected a URL string, a Keyv instance or a Keyv store adapter');
@@ -184,7 +192,8 @@ export function createStore(target: StoreTarget, options: CreateStoreOptions = {
   if (target instanceof Map) {
     if (target.size > 0) throw unsupported('a Map', 'the Map is not empty (the memory store needs a Map of its own)');
     const map = target as Map<string, IdempotencyRecord>;
-    return lazyStore(memory, { map });
+    refuseMemoryInProduction(options.allowInProduction);
+    return lazyStore(memory, { map, allowInProduction: options.allowInProduction });
   }
   // Workers bindings are recognised by their methods; a KV namespace is refused with why.
   refuseKv(target, 'createStore()');

@@ -18,7 +18,7 @@ import type {
   StoredResponse,
 } from '../src/store.js';
 import { assertFunction, assertInteger } from '../src/validate.js';
-import { isLive } from './utils.js';
+import { isLive, refuseMemoryInProduction } from './utils.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -42,7 +42,13 @@ export interface MemoryStoreOptions {
   sweepIntervalMs?: number;
   /** Clock, for tests. @default Date.now */
   now?: () => number;
-  /** Warn when NODE_ENV is production (one process only). @default true */
+  /**
+   * With NODE_ENV=production the memory store refuses to start (it protects one process,
+   * and a restart forgets every key) unless this is true.
+   * @default false
+   */
+  allowInProduction?: boolean;
+  /** With `allowInProduction`, still warn when NODE_ENV is production (one process only). @default true */
   warnInProduction?: boolean;
   /**
    * Keep the records in this (empty) Map, e.g. `createStore(new Map())`. `close()` clears it.
@@ -81,6 +87,7 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
   assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
   const now = options.now ?? Date.now;
   assertFunction('now', now);
+  refuseMemoryInProduction(options.allowInProduction);
   if (options.warnInProduction !== false && process.env.NODE_ENV === 'production') {
     process.emitWarning(
       'idempotency-kit: the memory store protects one process only; use sqlite://, redis:// or postgres:// when several processes serve the same keys',

@@ -298,3 +298,25 @@ export function reconnectingFeed(open: (control: FeedControl) => FeedLink | unde
     },
   };
 }
+
+/**
+ * The memory store's refusal in a production process (`NODE_ENV=production`) unless
+ * `allowInProduction` is set: it protects one process, and a restart forgets every key.
+ * Checked where the store is made (memoryStore) and where `createStore()` is given
+ * `memory://` or a Map, so the refusal comes at start-up, not at the first request.
+ */
+export function refuseMemoryInProduction(allowInProduction: unknown): void {
+  if (allowInProduction !== undefined && typeof allowInProduction !== 'boolean') {
+    throw new TypeError(`Expected \`allowInProduction\` to be a boolean, got ${String(allowInProduction)}`);
+  }
+  if (allowInProduction === true || globalThis.process?.env?.NODE_ENV !== 'production') return;
+  const error = new Error(
+    'idempotency-kit: refusing the memory store with NODE_ENV=production: it keeps keys in this one process only, ' +
+      'so a second instance runs a retried request again and a restart or deploy forgets every key (a retry after it ' +
+      'runs the payment again). Use a shared store: createStore("redis://…"), "postgres://…", "mysql://…", or ' +
+      '"sqlite://./idempotency.db" for one machine. To keep memory anyway (one process, keys lost on restart), pass ' +
+      '`allowInProduction: true` (memoryStore({ allowInProduction: true }) or createStore("memory://", { allowInProduction: true })).',
+  );
+  (error as Error & { code: string }).code = 'IDEMPOTENCY_MEMORY_IN_PRODUCTION';
+  throw error;
+}

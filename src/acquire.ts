@@ -8,7 +8,8 @@
  * @module
  */
 import { decide } from './decide.js';
-import { IdempotencyConflictError, IdempotencyMismatchError, ResponseNotReplayableError, StoreUnavailableError } from './errors.js';
+import { openRecord } from './encryption.js';
+import { IdempotencyConflictError, IdempotencyMismatchError, RecordUnreadableError, ResponseNotReplayableError, StoreUnavailableError } from './errors.js';
 import { fingerprintValue, sameFingerprint, type Fingerprint } from './fingerprint.js';
 import { scopePartition, storageKey } from './key.js';
 import { Lease, newToken, type EngineServices } from './lease.js';
@@ -31,6 +32,7 @@ export function acquireOutcome(error: unknown): AcquireOutcome {
   if (error instanceof IdempotencyConflictError) return 'conflict';
   if (error instanceof ResponseNotReplayableError) return 'not-replayable';
   if (error instanceof StoreUnavailableError) return 'store-unavailable';
+  if (error instanceof RecordUnreadableError) return 'record-unreadable';
   return 'error';
 }
 
@@ -133,9 +135,21 @@ class Acquisition {
         return 'claim';
       case 'wait':
         return 'wait';
-      case 'replay':
-        if (engine.observed()) engine.emit({ type: 'replayed', key, scope, status: (record as CompletedRecord).response.status });
-        return { type: 'replay', record: record as CompletedRecord };
+      case 'replay': {
+        let opened: CompletedRecord;
+        try {
+          opened = openRecord(record as CompletedRecord, this.skey, engine.options.keyring);
+        } catch (error) {
+          if (!(error instanceof RecordUnreadableError)) throw error;
+          // Fail closed: neither replayed nor run again (the effect happened).
+          flight?.end({ record });
+          engine.emit({ type: 'record-unreadable', key, scope, keyId: error.keyId, error });
+          throw error;
+        }
+        if (opened.response.body === null) return this.#decided(opened, flight); // sealed, without a replayable body
+        if (engine.observed()) engine.emit({ type: 'replayed', key, scope, status: opened.response.status });
+        return { type: 'replay', record: opened };
+      }
       case 'mismatch':
         flight?.end({ record });
         engine.emit({ type: 'mismatch', key, scope });

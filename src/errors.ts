@@ -19,6 +19,7 @@ export type IdempotencyErrorCode =
   | 'lease-lost'
   | 'transaction-conflict'
   | 'scope-required'
+  | 'record-unreadable'
   | 'webhook-signature-invalid';
 
 export class IdempotencyError extends Error {
@@ -160,6 +161,31 @@ export class ScopeRequiredError extends IdempotencyError {
   override name = 'ScopeRequiredError';
   constructor(message: string) {
     super('scope-required', 500, message);
+  }
+}
+
+/**
+ * A stored record could not be opened: it is sealed under a key id this process was not
+ * given (`encryption.keys`), or it failed authentication (tampered, truncated, sealed for
+ * another record), or it is stored in clear while `encryption.allowPlaintext` is false.
+ * The layer fails closed: the stored response is not replayed and the handler does not run
+ * again (its effect happened). A server problem (500): add the missing key back, or delete
+ * the record (docs/security.md). `keyId` names the key the record asks for, when readable.
+ */
+export class RecordUnreadableError extends IdempotencyError {
+  override name = 'RecordUnreadableError';
+  /** The key id the record was sealed under; undefined for a plaintext or malformed record. */
+  readonly keyId: string | undefined;
+  /** `key-missing`: no configured key has that id; `authentication-failed`; `plaintext`; `malformed`. */
+  readonly reason: 'key-missing' | 'authentication-failed' | 'plaintext' | 'malformed';
+  constructor(keyId: string | undefined, reason: RecordUnreadableError['reason'], detail?: string) {
+    super(
+      'record-unreadable',
+      500,
+      `The stored record of this idempotency key cannot be opened${detail ? `: ${detail}` : ''}. It is neither replayed nor run again.`,
+    );
+    this.keyId = keyId;
+    this.reason = reason;
   }
 }
 

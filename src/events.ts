@@ -16,7 +16,8 @@ export type IdempotencyEventType =
   | 'lease-lost'
   | 'store-error'
   | 'unprotected'
-  | 'ttl-invalid';
+  | 'ttl-invalid'
+  | 'record-unreadable';
 
 export interface IdempotencyEvent {
   type: IdempotencyEventType;
@@ -28,6 +29,8 @@ export interface IdempotencyEvent {
   /** The response status (`completed`, `released`, `replayed`). */
   status?: number;
   error?: unknown;
+  /** `record-unreadable`: the encryption key id the record was sealed under (undefined when it names none). */
+  keyId?: string;
 }
 
 /** One of the store calls the engine makes (and times, and names in events). */

@@ -11,6 +11,7 @@
  */
 export type { IdempotencyEvent, IdempotencyEventType } from './events.js';
 export type { EngineOptions } from './options.js';
+export type { EncryptionKey, EncryptionOptions } from './encryption.js';
 export {
   BodyTooLargeError,
   IdempotencyConflictError,
@@ -18,6 +19,7 @@ export {
   IdempotencyKeyError,
   IdempotencyMismatchError,
   LeaseLostError,
+  RecordUnreadableError,
   ResponseNotReplayableError,
   ResultNotStorableError,
   ScopeRequiredError,

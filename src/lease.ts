@@ -64,6 +64,8 @@ export class Lease {
   /** Requests of this process waiting on this claim in memory, and the claimed record. */
   readonly #flight: Flight | undefined;
   readonly #record: ProcessingRecord | undefined;
+  /** The claimed record's fingerprint: sealed responses are bound to it. */
+  readonly #fingerprint: string;
 
   constructor(
     private readonly engine: EngineServices,
@@ -76,6 +78,7 @@ export class Lease {
   ) {
     const { leaseMs, now } = engine.options;
     this.#leaseUntil = now() + leaseMs;
+    this.#fingerprint = record?.fingerprint ?? '';
     if (flight && record) {
       this.#flight = flight;
       this.#record = record;
@@ -129,6 +132,12 @@ export class Lease {
     this.#flight?.end(undefined); // its followers wait on the store from now on
   }
 
+  /** What the store is given: `response` sealed when encryption is on (docs/security.md). */
+  #stored(response: StoredResponse): StoredResponse {
+    const { keyring } = this.engine.options;
+    return keyring ? keyring.seal(response, this.storageKey, this.#fingerprint) : response;
+  }
+
   /**
    * Store the outcome for replay. Throws on store failure (after stopping renewal); the
    * write is then retried in the background while the lease can still be ours, because a
@@ -139,12 +148,13 @@ export class Lease {
     this.#stop();
     if (this.#lost) return false;
     const { store } = this.engine.options;
+    const stored = this.#stored(response);
     let ok: boolean;
     try {
-      ok = await this.engine.call('complete', () => store.complete(this.storageKey, this.token, response, ttl));
+      ok = await this.engine.call('complete', () => store.complete(this.storageKey, this.token, stored, ttl));
     } catch (error) {
       this.#flight?.end(undefined);
-      void this.#retryComplete(response, ttl);
+      void this.#retryComplete(stored, response.status, ttl);
       throw error;
     }
     if (ok) {
@@ -154,7 +164,7 @@ export class Lease {
     return ok;
   }
 
-  async #retryComplete(response: StoredResponse, ttl: number): Promise<void> {
+  async #retryComplete(response: StoredResponse, status: number, ttl: number): Promise<void> {
     const { store, now } = this.engine.options;
     let delayMs = 50;
     while (now() + delayMs < this.#leaseUntil) {
@@ -162,14 +172,14 @@ export class Lease {
       delayMs = Math.min(delayMs * 2, 2000);
       try {
         if (await this.engine.call('complete', () => store.complete(this.storageKey, this.token, response, ttl))) {
-          this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
+          this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status });
           return;
         }
         // Refused by token: either the failed attempt landed after all (a slow or paused
         // store ran it late), or the lease really is gone.
         const record = await this.engine.call('get', () => store.get(this.storageKey));
         if (record?.state === 'completed' && record.token === this.token) {
-          this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status: response.status });
+          this.engine.emit({ type: 'completed', key: this.key, scope: this.scope, status });
         } else this.#loseLease('complete');
         return;
       } catch (error) {
@@ -231,7 +241,15 @@ export class Lease {
           this.#completing = true;
           return value;
         },
-        { key: this.storageKey, token: this.token, ttlMs: ttl, response: (value) => (stored = response(value)) },
+        {
+          key: this.storageKey,
+          token: this.token,
+          ttlMs: ttl,
+          response: (value) => {
+            stored = response(value);
+            return stored && this.#stored(stored);
+          },
+        },
       );
     } catch (error) {
       this.#completing = false;

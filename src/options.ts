@@ -4,6 +4,7 @@
  * made, never a surprise at the first request.
  * @module
  */
+import { resolveEncryption, type EncryptionOptions, type Keyring } from './encryption.js';
 import type { IdempotencyEvent } from './events.js';
 import type { IdempotencyStore } from './store.js';
 import type { TelemetryOptions } from './telemetry.js';
@@ -54,6 +55,13 @@ export interface EngineOptions {
    * @default {}
    */
   telemetry?: TelemetryOptions | false;
+  /**
+   * Encrypt stored responses at rest (AES-256-GCM, docs/security.md): the first key
+   * seals, every listed key opens. A record no listed key opens is answered 500
+   * `record-unreadable`, never replayed and never run again.
+   * @default undefined (stored in clear)
+   */
+  encryption?: EncryptionOptions;
 }
 
 export interface ResolvedEngineOptions {
@@ -66,6 +74,8 @@ export interface ResolvedEngineOptions {
   onEvent: ((event: IdempotencyEvent) => void) | undefined;
   now: () => number;
   telemetry: TelemetryOptions | false | undefined;
+  /** The checked `encryption` keys; undefined: responses are stored in clear. */
+  keyring: Keyring | undefined;
 }
 
 const storeMethods = ['claim', 'get', 'complete', 'release', 'extend', 'close'] as const;
@@ -92,6 +102,7 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
     onEvent: options.onEvent,
     now: options.now ?? Date.now,
     telemetry: options.telemetry,
+    keyring: resolveEncryption(options.encryption),
   };
   assertInteger('wait', resolved.wait, 0);
   assertInteger('leaseMs', resolved.leaseMs, 1);

@@ -20,6 +20,7 @@ const titles: Record<string, string> = {
   'store-unavailable': 'Idempotency store unavailable',
   'body-too-large': 'Request body too large',
   'scope-required': 'Idempotency keys have no scope on this server',
+  'record-unreadable': 'The stored record of this idempotency key cannot be opened',
   'webhook-signature-invalid': 'Webhook signature missing or invalid',
 };
 

@@ -24,6 +24,8 @@ export interface EventMessage {
   operation?: IdempotencyEvent['operation'];
   status?: number;
   error?: unknown;
+  /** `record-unreadable`: the encryption key id the record was sealed under. */
+  keyId?: string;
   /** The store's name (`redis`, `postgres`, …). */
   store: string;
 }
@@ -153,7 +155,15 @@ const eventChannel = channel(EVENT_CHANNEL);
 const storeChannel = channel(STORE_CHANNEL);
 
 export type WaitOutcome = 'completed' | 'released' | 'conflict' | 'error';
-export type AcquireOutcome = 'execute' | 'replay' | 'mismatch' | 'conflict' | 'not-replayable' | 'store-unavailable' | 'error';
+export type AcquireOutcome =
+  | 'execute'
+  | 'replay'
+  | 'mismatch'
+  | 'conflict'
+  | 'not-replayable'
+  | 'store-unavailable'
+  | 'record-unreadable'
+  | 'error';
 
 function checkOptions(options: unknown): asserts options is TelemetryOptions | false | undefined {
   if (options === undefined || options === false) return;
@@ -248,6 +258,7 @@ export class Telemetry {
     if (otel?.counting) {
       const attributes: Attributes = { 'idempotency.event.type': event.type, 'idempotency.store.name': this.#store };
       if (event.operation) attributes['idempotency.store.operation'] = event.operation;
+      if (event.keyId !== undefined) attributes['idempotency.encryption.key_id'] = event.keyId;
       guard(() => otel.events.add(1, this.#scoped(attributes, event.scope)));
     }
     if (eventChannel.hasSubscribers) {
@@ -256,6 +267,7 @@ export class Telemetry {
       if (event.operation) message.operation = event.operation;
       if (event.status !== undefined) message.status = event.status;
       if (event.error !== undefined) message.error = event.error;
+      if (event.keyId !== undefined) message.keyId = event.keyId;
       eventChannel.publish(message);
     }
   }
@@ -346,7 +358,9 @@ export class Telemetry {
       guard(() => {
         span.setAttribute('idempotency.outcome', outcome);
         // Conflicts and mismatches are the layer working as designed; only failures are errors.
-        if (outcome === 'store-unavailable' || outcome === 'error') {
+        const keyId = (error as { keyId?: unknown } | null)?.keyId;
+        if (outcome === 'record-unreadable' && typeof keyId === 'string') span.setAttribute('idempotency.encryption.key_id', keyId);
+        if (outcome === 'store-unavailable' || outcome === 'record-unreadable' || outcome === 'error') {
           span.setStatus({ code: STATUS_ERROR, message: outcome });
           if (error instanceof Error) span.recordException(error);
         }

@@ -40,7 +40,7 @@ describe('package exports', () => {
     expect(esmKeys('.')).toEqual(
       [
         'BodyTooLargeError', 'Idempotency', 'IdempotencyConflictError', 'IdempotencyError', 'IdempotencyKeyError',
-        'IdempotencyMismatchError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
+        'IdempotencyMismatchError', 'RecordUnreadableError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
         'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'idempotentBatch', 'isIdempotencyError',
         'inTransaction', 'LeaseLostError', 'TransactionConflictError',
       ].sort(),

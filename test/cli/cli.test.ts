@@ -3,15 +3,16 @@
  * process (npm test builds it first), against SQLite, Redis and PostgreSQL.
  */
 import { execFile } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync, statSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
+import { idempotent } from '../../src/idempotent.js';
 import { storageKey } from '../../src/key.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
@@ -67,6 +68,40 @@ function commandSuite(name: string, setup: () => Promise<{ flags: string[]; stor
     });
     afterAll(async () => {
       await store?.close();
+    });
+
+    it('inspect shows an encrypted record as such, and opens it with the keys from $IDEMPOTENCY_KEYS or --keys-file', async () => {
+      try {
+        const key = randomBytes(32).toString('base64');
+        const sealed = idempotent(async (_id: string) => ({ secret: 'card=4242' }), {
+          store,
+          key: (id: string) => id,
+          scope: () => 'tenant-enc',
+          encryption: { keys: [{ id: 'cli-2026', key }] },
+        });
+        await sealed('sealed-1');
+        const shut = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--json']);
+        expect(shut.code).toBe(0);
+        expect(shut.stdout).not.toContain('card=4242');
+        expect(json(shut)).toMatchObject({ state: 'completed', encryption: { keyId: 'cli-2026', opened: false } });
+        expect(json(shut)).not.toHaveProperty('status');
+        const human = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc']);
+        expect(human.stdout).toMatch(/encrypted +under key cli-2026, \d+ bytes sealed; not opened: no keys given/);
+        const keys = JSON.stringify([{ id: 'cli-2026', key }]);
+        const opened = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--json'], { IDEMPOTENCY_KEYS: keys });
+        expect(json(opened)).toMatchObject({ encryption: { keyId: 'cli-2026', opened: true }, status: 200, kind: 'function' });
+        expect((json(opened).body as { text: string }).text).toContain('card=4242');
+        const file = path.join(await mkdtemp(path.join(tmpdir(), 'ik-keys-')), 'keys.json');
+        await writeFile(file, JSON.stringify([{ id: 'other', key: randomBytes(32).toString('hex') }]));
+        const wrong = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--json', '--keys-file', file]);
+        expect(json(wrong)).toMatchObject({ encryption: { keyId: 'cli-2026', opened: false, reason: 'key-missing' } });
+        await writeFile(file, '[{"id":"x","key":"short"}]');
+        const bad = await cli(['inspect', ...flags, '--key', 'sealed-1', '--keys-file', file]);
+        expect(bad.code).toBe(2);
+        expect(bad.stderr).toMatch(/keys\[0\]\.key` \(key id "x"\) to be 32 bytes/);
+      } finally {
+        await store.delete!(storageKey('tenant-enc', 'sealed-1')); // the other tests count the seeded records
+      }
     });
 
     it('inspect shows state, fingerprint, times, status, headers and a body preview; --json for scripts', async () => {

@@ -13,6 +13,7 @@ describe('errors (C4)', () => {
       [new errors.StoreUnavailableError(new Error('x')), 'store-unavailable', 503],
       [new errors.BodyTooLargeError(1), 'body-too-large', 413],
       [new errors.ResultNotStorableError('m'), 'result-not-storable', 500],
+      [new errors.RecordUnreadableError('k1', 'key-missing'), 'record-unreadable', 500],
     ];
     for (const [error, code, status] of cases) {
       expect(error.code).toBe(code);

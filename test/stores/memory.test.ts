@@ -169,13 +169,53 @@ describe('memory store specifics', () => {
     await store.close();
   });
 
-  it('S5: warns when NODE_ENV is production', async () => {
+  it('S5: refuses to start when NODE_ENV is production, saying why and what to use instead', async () => {
+    vi.stubEnv('NODE_ENV', 'production');
+    try {
+      for (const make of [() => memoryStore(), () => createStore('memory://'), () => createStore(new Map())]) {
+        expect(make).toThrow(/one process only.*restart or deploy forgets every key.*redis:\/\/.*postgres:\/\/.*allowInProduction: true/s);
+      }
+      expect(() => memoryStore({ allowInProduction: 'yes' as never })).toThrow('Expected `allowInProduction` to be a boolean, got yes');
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  });
+
+  it('S5: with allowInProduction it starts in production and still warns (unless warnInProduction: false)', async () => {
     vi.stubEnv('NODE_ENV', 'production');
     const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
-    const store = memoryStore();
-    expect(warn).toHaveBeenCalledWith(expect.stringMatching(/one process only/), expect.anything());
-    warn.mockRestore();
-    await store.close();
+    try {
+      const store = memoryStore({ allowInProduction: true });
+      expect(warn).toHaveBeenCalledWith(expect.stringMatching(/one process only/), expect.anything());
+      await store.close();
+      warn.mockClear();
+      const quiet = memoryStore({ allowInProduction: true, warnInProduction: false });
+      expect(warn).not.toHaveBeenCalled();
+      await quiet.close();
+      // Through createStore: the refusal is at creation, the option reaches the lazily loaded driver.
+      const viaUrl = createStore('memory://', { allowInProduction: true });
+      expect(await viaUrl.claim('k', { token: 't', fingerprint: 'f', createdAt: Date.now() }, 1000)).toMatchObject({ claimed: true });
+      await viaUrl.close();
+      const viaMap = createStore(new Map(), { allowInProduction: true });
+      expect(await viaMap.get('k')).toBeUndefined();
+      await viaMap.close();
+    } finally {
+      warn.mockRestore();
+      vi.unstubAllEnvs();
+    }
+  });
+
+  it('S5: outside production (tests, development) it starts without a word', async () => {
+    vi.stubEnv('NODE_ENV', 'development');
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      await memoryStore().close();
+      await createStore('memory://').close();
+      expect(warn).not.toHaveBeenCalled();
+    } finally {
+      warn.mockRestore();
+      vi.unstubAllEnvs();
+    }
   });
 
   it('rejects bad options with a precise TypeError', () => {
