@@ -450,9 +450,19 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     if (!ready.done) reader.cancel().catch(() => undefined);
     const body = recording.bytes();
     await claim.finish({ ...head, body });
-    return new Response(body as ResponseBody, response);
+    return new Response(body as ResponseBody, initOf(response));
   }
-  return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), response);
+  return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), initOf(response));
+}
+
+/**
+ * The handler's status, status text and headers, for the response sent in its place: what
+ * `new Response(body, response)` reads, as a plain init. @hono/node-server's Response,
+ * given a Response as its init, builds a full undici Response at once and the server
+ * then sends it through a stream; given a plain init, it writes the bytes straight out.
+ */
+function initOf(response: Response): ResponseInit {
+  return { status: response.status, statusText: response.statusText, headers: response.headers };
 }
 
 /** A platform's `waitUntil` (Cloudflare Workers, Vercel and Netlify edge functions): keep the invocation alive for a promise. */
