@@ -351,17 +351,18 @@ async function fetchApp(o: AppOptions): Promise<RunningApp> {
       style === 'json' ? await request.json() : style === 'bytes' ? JSON.parse(new TextDecoder().decode(await request.arrayBuffer())) : JSON.parse(await request.text());
     return webAnswer(style, await placeOrder(headers, body));
   };
-  let orders: (request: Request) => Promise<Response>;
+  let orders: (request: Request, env: unknown) => Promise<Response>;
   if (o.impl === 'bare') orders = handler;
   else if (o.impl === 'ours') {
     const { withIdempotency } = await import('../adapters/fetch.js');
     orders = withIdempotency(handler, { store: o.store!, scope: 'shared' });
   } else throw new Error(`${o.impl} runs on express only`);
   const server = createAdaptorServer({
-    fetch: (request: Request) => {
+    // The server's second argument ({ incoming, outgoing }) passed on, as `serve({ fetch: withIdempotency(...) })` gets it.
+    fetch: (request: Request, env: unknown) => {
       const url = request.url;
       const path = url.slice(url.indexOf('/', url.indexOf('//') + 2));
-      if (request.method === 'POST' && path === '/orders') return orders(request);
+      if (request.method === 'POST' && path === '/orders') return orders(request, env);
       if (path.startsWith('/__stats')) return new Response(stats(o, path), { headers: JSON_TYPE });
       return new Response(null, { status: 404 });
     },

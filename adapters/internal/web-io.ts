@@ -498,6 +498,40 @@ export function keepAliveUntilSettled(claim: HttpClaim, waitUntil: WaitUntil | u
   };
 }
 
+/** Node's response, as @hono/node-server passes it to a fetch handler (`env.outgoing`). */
+interface NodeOutgoing {
+  once(event: 'close', listener: () => void): unknown;
+  readonly writableFinished: boolean;
+  readonly destroyed: boolean;
+}
+
+/**
+ * Stop renewing the claim's lease once the client is gone, and say whether it is, from the
+ * platform's arguments: on @hono/node-server (`fetch(request, { incoming, outgoing })`),
+ * Node's response tells (closed before it finished), where the request's `signal` would
+ * be made on first use, an AbortController and a listener for every request. Elsewhere,
+ * the request's signal.
+ */
+export function clientGoneFor(request: Request, rest: readonly unknown[], claim: HttpClaim): { readonly aborted: boolean } {
+  const outgoing = (rest[0] as { outgoing?: Partial<NodeOutgoing> } | null | undefined)?.outgoing;
+  if (typeof outgoing?.once !== 'function' || typeof outgoing.writableFinished !== 'boolean' || typeof outgoing.destroyed !== 'boolean') {
+    const { signal } = request;
+    abandonOnAbort(signal, claim);
+    return signal;
+  }
+  const node = outgoing as NodeOutgoing;
+  const state = { aborted: node.destroyed && !node.writableFinished };
+  if (state.aborted) claim.abandon();
+  else {
+    node.once('close', () => {
+      if (node.writableFinished) return;
+      state.aborted = true;
+      claim.abandon();
+    });
+  }
+  return state;
+}
+
 /** Stop renewing the claim's lease once the client is gone (the handler may still finish). */
 export function abandonOnAbort(signal: AbortSignal | undefined, claim: HttpClaim): void {
   if (!signal) return;

@@ -238,17 +238,19 @@ describe('Hono on @hono/node-server', () => {
 });
 
 describe('the fetch adapter on @hono/node-server', () => {
-  async function serveFetch(handler: (request: Request) => Promise<Response>, options: { maxBodyBytes?: number } = {}): Promise<string> {
+  async function serveFetch(handler: (request: Request) => Promise<Response>, options: { maxBodyBytes?: number; leaseMs?: number; wait?: number } = {}): Promise<string> {
     const wrapped = withIdempotency(handler, { store: memoryStore(), scope: 'shared', ...options });
-    const server = createAdaptorServer({ fetch: (request: Request) => wrapped(request) }) as http.Server;
+    // As `serve({ fetch: withIdempotency(...) })`: the server's { incoming, outgoing } passed on.
+    const server = createAdaptorServer({ fetch: wrapped }) as http.Server;
     servers.push(server);
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   }
 
   /** Whether the server's lightweight request was made into a full Request. */
-  const materialized = (request: Request) =>
-    Object.getOwnPropertySymbols(request).some((s) => s.description === 'requestCache' && (request as unknown as Record<symbol, unknown>)[s] !== undefined);
+  const made = (request: Request, what: string) =>
+    Object.getOwnPropertySymbols(request).some((s) => s.description === what && (request as unknown as Record<symbol, unknown>)[s] !== undefined);
+  const materialized = (request: Request) => made(request, 'requestCache') || made(request, 'abortControllerKey');
 
   it('H6: the handler gets the server\'s own request, unread and still lightweight, and reads the same bytes every way', async () => {
     const seen: { bodyUsed: boolean; materialized: boolean }[] = [];
@@ -283,6 +285,32 @@ describe('the fetch adapter on @hono/node-server', () => {
     }
     expect(runs).toBe(5);
     expect(seen).toEqual(Array.from({ length: 5 }, () => ({ bodyUsed: false, materialized: false })));
+  });
+
+  it('H13 H17: a client gone mid-request (told by Node\'s response): the response is still stored, but the lease is no longer renewed', async () => {
+    let runs = 0;
+    const base = await serveFetch(
+      async (request) => {
+        const n = ++runs;
+        await new Promise((resolve) => setTimeout(resolve, Number(new URL(request.url).searchParams.get('ms'))));
+        return Response.json({ n }, { status: 201 });
+      },
+      { leaseMs: 150, wait: 0 },
+    );
+    // Gone after 30 ms of a 600 ms handler: once the 150 ms lease runs out, the key is free.
+    const key = randomUUID();
+    await sendAndAbort(base, { path: '/slow?ms=600', key, body: {} }, 30);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const takeover = await send(base, { path: '/slow?ms=0', key, body: {} });
+    expect(takeover.status).toBe(201);
+    expect(takeover.json()).toEqual({ n: 2 });
+    // Gone after 30 ms of a 100 ms handler: its response is stored, the retry replays it.
+    const stored = randomUUID();
+    await sendAndAbort(base, { path: '/slow?ms=100', key: stored, body: {} }, 30);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const retry = await send(base, { path: '/slow?ms=100', key: stored, body: {} });
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(runs).toBe(3);
   });
 
   it('H12: a declared length over maxBodyBytes is 413 before a byte is read; a chunked body takes the standard path', async () => {
