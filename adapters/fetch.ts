@@ -16,7 +16,7 @@
  */
 import { Idempotency, type IdempotencyOptions } from '../src/http.js';
 import {
-  abandonOnAbort,
+  clientGoneFor,
   keepAliveUntilSettled,
   platformWaitUntil,
   readRequestBody,
@@ -63,8 +63,7 @@ export function withIdempotency<Req extends Request = Request, Rest extends unkn
     // Where the platform passes a context with `waitUntil` (a Worker's ctx), the claim keeps
     // the invocation alive until it settles, whenever the client leaves.
     const claim = keepAliveUntilSettled(decision.claim, platformWaitUntil(rest));
-    const { signal } = request;
-    abandonOnAbort(signal, claim);
+    const signal = clientGoneFor(request, rest, claim);
     let response: Response;
     try {
       response = await handler(request, ...rest);

@@ -24,6 +24,7 @@ import {
   consumeBody,
   formDataUpload,
   keepAliveUntilSettled,
+  peekNodeServerBody,
   recordResponse,
   requestInfo,
   toResponse,
@@ -107,6 +108,7 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
     if (!layer.covers(c.req.method)) return next();
     const request = c.req.raw;
     let consumed: Uint8Array | RawBody | undefined;
+    let unread: Uint8Array | undefined;
     const readBody = async (): Promise<unknown> => {
       if (request.bodyUsed) {
         // Read before us (a validator): Hono keeps the body; count it by its declared length.
@@ -117,6 +119,10 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
         if (cache.arrayBuffer === undefined && cache.formData !== undefined) return formDataUpload(await cache.formData);
         return new Uint8Array(await c.req.arrayBuffer());
       }
+      // On @hono/node-server, a small body is read from Node's message and left where the
+      // server reads it from: `c.req.raw` stays the server's own request, unread.
+      const peeked = await peekNodeServerBody(request, layer.maxBodyBytes);
+      if (peeked !== undefined) return (unread = peeked);
       // The request itself, through the server's fast path (a clone would build a second
       // body stream); the handlers read the same bytes from Hono's body cache, or from a
       // `c.req.raw` built when they ask for it.
@@ -124,6 +130,8 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
     };
     const decision = await layer.begin(requestInfo(request, layer, c, readBody));
     if (consumed !== undefined && decision.type !== 'respond') lendBody(c.req, request, consumed instanceof Uint8Array ? consumed : consumed.bytes());
+    // Still unread: `c.req.raw` is the request itself; Hono's methods answer from the cache.
+    if (unread !== undefined && decision.type !== 'respond') lendBody(c.req, request, unread, true);
     if (decision.type === 'respond') return toResponse(decision.response);
     if (decision.type === 'pass') return next();
     // On Workers the claim keeps the invocation alive until it settles, whenever the client leaves.

@@ -11,12 +11,27 @@ import type { ErrorRequestHandler, RequestHandler } from 'express';
 import type { IdempotencyStore } from '../src/store.js';
 import { placeOrder, statsSnapshot } from './handler.js';
 
-export type Adapter = 'node' | 'express' | 'fastify' | 'koa' | 'hono';
+export type Adapter = 'node' | 'express' | 'fastify' | 'koa' | 'hono' | 'fetch';
+
+/**
+ * How the fetch and Hono handlers read the request and answer (STYLE): the bench runs
+ * several, as users write them. Hono: `body` (c.req.json(), c.body: the historical one),
+ * `json` (c.req.json(), c.json), `text` (c.req.text(), c.text), `raw` (c.req.raw.text(),
+ * new Response(string)), `raw-json` (c.req.raw.json(), Response.json), `stream`
+ * (c.req.json(), new Response(stream)), `redirect` (c.req.json(), c.redirect 303), `empty`
+ * (c.req.json(), an empty 204). fetch: `text` (request.text(), new Response(string)),
+ * `json` (request.json(), Response.json), `bytes` (request.arrayBuffer(), new
+ * Response(bytes)), `stream`, `redirect` (Response.redirect 303), `empty` (204).
+ */
+export const HONO_STYLES = ['body', 'json', 'text', 'raw', 'raw-json', 'stream', 'redirect', 'empty'] as const;
+export const FETCH_STYLES = ['text', 'json', 'bytes', 'stream', 'redirect', 'empty'] as const;
 export type Impl = 'bare' | 'ours' | 'floor' | 'express-idempotency' | 'node-idempotency';
 
 export interface AppOptions {
   adapter: Adapter;
   impl: Impl;
+  /** The handler style (fetch and Hono only, see HONO_STYLES and FETCH_STYLES). */
+  style?: string;
   /** Our store (impl 'ours'). */
   store?: IdempotencyStore;
   /** The peer's store kind (peers only): memory or redis. */
@@ -245,11 +260,47 @@ async function koaApp(o: AppOptions): Promise<RunningApp> {
   return { port, close: () => closeServer(server) };
 }
 
+const encoder = new TextEncoder();
+
+/** The answer as a one-chunk stream (a body the server cannot know the length of). */
+function streamOf(text: string): ReadableStream<Uint8Array> {
+  const bytes = encoder.encode(text);
+  return new ReadableStream<Uint8Array>({
+    start(controller) {
+      controller.enqueue(bytes);
+      controller.close();
+    },
+  });
+}
+
+type WebResult = { status: number; body: string };
+
+/** The answer of a fetch-style handler in `style` (the same for Hono's raw styles). */
+function webAnswer(style: string, r: WebResult): Response {
+  switch (style) {
+    case 'json':
+    case 'raw-json':
+      return Response.json(JSON.parse(r.body), { status: r.status });
+    case 'bytes':
+      return new Response(encoder.encode(r.body), { status: r.status, headers: JSON_TYPE });
+    case 'stream':
+      return new Response(streamOf(r.body), { status: r.status, headers: JSON_TYPE });
+    case 'redirect':
+      return Response.redirect('http://127.0.0.1/orders/1', 303);
+    case 'empty':
+      return new Response(null, { status: 204 });
+    default:
+      return new Response(r.body, { status: r.status, headers: JSON_TYPE });
+  }
+}
+
 /** Hono on @hono/node-server, as Hono apps are served on Node. */
 async function honoApp(o: AppOptions): Promise<RunningApp> {
   const { Hono } = await import('hono');
   const { createAdaptorServer } = await import('@hono/node-server');
   const app = new Hono();
+  const style = o.style ?? 'body';
+  if (!(HONO_STYLES as readonly string[]).includes(style)) throw new Error(`unknown Hono style ${style}`);
   app.get('/__stats', (c) => c.body(stats(o, c.req.url), 200, JSON_TYPE));
   if (o.impl === 'ours') {
     const { idempotency } = await import('../adapters/hono.js');
@@ -257,10 +308,65 @@ async function honoApp(o: AppOptions): Promise<RunningApp> {
   } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
   app.post('/orders', async (c) => {
     const headers = { 'idempotency-key': c.req.header('idempotency-key'), 'x-delay-ms': c.req.header('x-delay-ms') };
-    const r = await placeOrder(headers, await c.req.json());
-    return c.body(r.body, r.status as 201, JSON_TYPE);
+    switch (style) {
+      case 'json': {
+        const r = await placeOrder(headers, await c.req.json());
+        return c.json(JSON.parse(r.body) as object, r.status as 201);
+      }
+      case 'text': {
+        const r = await placeOrder(headers, JSON.parse(await c.req.text()));
+        return c.text(r.body, r.status as 201);
+      }
+      case 'raw':
+        return webAnswer(style, await placeOrder(headers, JSON.parse(await c.req.raw.text())));
+      case 'raw-json':
+        return webAnswer(style, await placeOrder(headers, await c.req.raw.json()));
+      case 'stream':
+        return webAnswer(style, await placeOrder(headers, await c.req.json()));
+      case 'redirect':
+        await placeOrder(headers, await c.req.json());
+        return c.redirect('/orders/1', 303);
+      case 'empty':
+        await placeOrder(headers, await c.req.json());
+        return c.body(null, 204);
+      default: {
+        const r = await placeOrder(headers, await c.req.json());
+        return c.body(r.body, r.status as 201, JSON_TYPE);
+      }
+    }
   });
   const server = createAdaptorServer({ fetch: app.fetch }) as Server;
+  const port = await listen(server);
+  return { port, close: () => closeServer(server) };
+}
+
+/** The fetch adapter around a fetch-style handler, served by @hono/node-server (as a Node bridge serves one). */
+async function fetchApp(o: AppOptions): Promise<RunningApp> {
+  const { createAdaptorServer } = await import('@hono/node-server');
+  const style = o.style ?? 'text';
+  if (!(FETCH_STYLES as readonly string[]).includes(style)) throw new Error(`unknown fetch style ${style}`);
+  const handler = async (request: Request): Promise<Response> => {
+    const headers = { 'idempotency-key': request.headers.get('idempotency-key') ?? undefined, 'x-delay-ms': request.headers.get('x-delay-ms') ?? undefined };
+    const body =
+      style === 'json' ? await request.json() : style === 'bytes' ? JSON.parse(new TextDecoder().decode(await request.arrayBuffer())) : JSON.parse(await request.text());
+    return webAnswer(style, await placeOrder(headers, body));
+  };
+  let orders: (request: Request, env: unknown) => Promise<Response>;
+  if (o.impl === 'bare') orders = handler;
+  else if (o.impl === 'ours') {
+    const { withIdempotency } = await import('../adapters/fetch.js');
+    orders = withIdempotency(handler, { store: o.store!, scope: 'shared' });
+  } else throw new Error(`${o.impl} runs on express only`);
+  const server = createAdaptorServer({
+    // The server's second argument ({ incoming, outgoing }) passed on, as `serve({ fetch: withIdempotency(...) })` gets it.
+    fetch: (request: Request, env: unknown) => {
+      const url = request.url;
+      const path = url.slice(url.indexOf('/', url.indexOf('//') + 2));
+      if (request.method === 'POST' && path === '/orders') return orders(request, env);
+      if (path.startsWith('/__stats')) return new Response(stats(o, path), { headers: JSON_TYPE });
+      return new Response(null, { status: 404 });
+    },
+  }) as Server;
   const port = await listen(server);
   return { port, close: () => closeServer(server) };
 }
@@ -277,5 +383,7 @@ export function startApp(o: AppOptions): Promise<RunningApp> {
       return koaApp(o);
     case 'hono':
       return honoApp(o);
+    case 'fetch':
+      return fetchApp(o);
   }
 }

@@ -3,8 +3,9 @@
  * from this one, fire duplicate storms, read Redis command counters.
  * @module
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
@@ -37,6 +38,7 @@ export interface ServerStats {
 export interface ServerEnv {
   ADAPTER: string;
   IMPL: string;
+  STYLE?: string;
   STORE_URL?: string;
   PEER_STORE?: string;
   REDIS_URL?: string;
@@ -94,11 +96,42 @@ export async function bundleEntries(): Promise<string> {
   }
 }
 
+/**
+ * Cores for the server and for the load generator (this process), when the machine has two
+ * or more and `taskset` runs: the server on the last core, this process (autocannon, and
+ * the child benches it starts) on the others, so the generator never takes the server's
+ * core. `undefined` when the run cannot pin (one core, no taskset): the note says so.
+ */
+export interface Pinning {
+  server: string;
+  generator: string;
+}
+
+let pinning: Pinning | undefined;
+
+/** Pin this process (all its threads) to the generator's cores; returns what was done, or why not. */
+export function pinCores(): { pinning?: Pinning; note: string } {
+  const cores = os.cpus().length;
+  if (cores < 2) return { note: `not pinned: the machine has ${cores} core` };
+  const server = String(cores - 1);
+  const generator = cores === 2 ? '0' : `0-${cores - 2}`;
+  try {
+    execFileSync('taskset', ['-a', '-p', '-c', generator, String(process.pid)], { stdio: 'ignore' });
+    execFileSync('taskset', ['-c', server, 'true'], { stdio: 'ignore' });
+  } catch (error) {
+    return { note: `not pinned: taskset failed (${(error as Error).message.split('\n')[0]})` };
+  }
+  pinning = { server, generator };
+  return { pinning, note: `servers pinned to core ${server}, the load generator (autocannon in the bench process) to core ${generator} (taskset)` };
+}
+
 /** Start the benchmark server in a child process; resolves once it listens. */
 export function startServer(env: ServerEnv, options: { cpuProfDir?: string; timeoutMs?: number } = {}): Promise<ServerHandle> {
   const nodeArgs: string[] = [];
   if (options.cpuProfDir) nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`);
-  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, ...entries.server], {
+  const argv = [...nodeArgs, ...entries.server];
+  const [command, args] = pinning ? ['taskset', ['-c', pinning.server, process.execPath, ...argv]] : [process.execPath, argv];
+  const child: ChildProcess = spawn(command, args, {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -187,6 +220,7 @@ export interface LoadOptions {
 export async function prime(url: string, key: string): Promise<number> {
   const res = await fetch(`${url}/orders`, {
     method: 'POST',
+    redirect: 'manual',
     headers: { 'content-type': 'application/json', 'idempotency-key': key },
     body: ORDER_BODY,
   });
@@ -255,6 +289,7 @@ export async function burst(server: ServerHandle, o: { keys: number; perKey: num
     try {
       const res = await fetch(`${server.url}/orders`, {
         method: 'POST',
+        redirect: 'manual',
         headers: { 'content-type': 'application/json', 'idempotency-key': key, 'x-delay-ms': String(o.delayMs) },
         body: ORDER_BODY,
       });
@@ -277,6 +312,7 @@ export async function sequential(url: string, keys: string[], headers: Record<st
   for (const key of keys) {
     const res = await fetch(`${url}/orders`, {
       method: 'POST',
+      redirect: 'manual',
       headers: { 'content-type': 'application/json', 'idempotency-key': key, ...headers },
       body: ORDER_BODY,
     });

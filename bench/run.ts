@@ -4,12 +4,12 @@
  * child processes (bench/server.ts); autocannon drives them from this process.
  *
  * Options:
- *   --quick              a smoke run (< 1 min): node and express on memory, short runs
+ *   --quick              a smoke run (< 1 min): node, express and fetch:text on memory, short runs
  *   --duration=S         seconds per measured run (default 5, quick 1)
  *   --warmup=S           seconds of warm-up load before each measured run (default 1, quick 0.3)
  *   --connections=N      autocannon connections (default 32)
- *   --repeats=N          runs per contender in the Express peer comparison, median reported (default 3, quick 1)
- *   --adapters=a,b       subset of node,express,fastify,koa,hono
+ *   --repeats=N          runs of every case (a fresh server each), median reported (default 3, quick 1)
+ *   --adapters=a,b       subset of node,express,fastify,koa,hono,hono:<style>,fetch:<style> (styles: bench/apps.ts)
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
  *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting --no-encryption   skip a part
@@ -30,6 +30,7 @@ import path from 'node:path';
 import {
   bundleEntries,
   burst,
+  pinCores,
   entryArgs,
   load,
   prime,
@@ -51,6 +52,7 @@ import type { EncryptionResult } from './encryption.js';
 import type { FingerprintResult } from './fingerprint.js';
 import type { PairsReport } from './pairs.js';
 import { measureWaiting, type WaitingRow } from './waiting.js';
+import { FETCH_STYLES, HONO_STYLES } from './apps.js';
 
 const argv = process.argv.slice(2);
 const flag = (name: string) => argv.includes(`--${name}`);
@@ -61,11 +63,28 @@ const durationS = Number(opt('duration') ?? (quick ? 1 : 5));
 const warmupS = Number(opt('warmup') ?? (quick ? 0.3 : 1));
 const connections = Number(opt('connections') ?? 32);
 const repeats = Number(opt('repeats') ?? (quick ? 1 : 3));
-const ALL_ADAPTERS = ['node', 'express', 'fastify', 'koa', 'hono'] as const;
+/**
+ * `hono:<style>` and `fetch:<style>` are one handler style each (bench/apps.ts), each with
+ * its own bare handler; plain `hono` is the `body` style, and runs every store.
+ */
+const ALL_ADAPTERS = [
+  'node',
+  'express',
+  'fastify',
+  'koa',
+  'hono',
+  ...HONO_STYLES.filter((s) => s !== 'body').map((s) => `hono:${s}`),
+  ...FETCH_STYLES.map((s) => `fetch:${s}`),
+];
 const ALL_STORES = ['memory', 'sqlite', 'redis', 'postgres'] as const;
-type AdapterName = (typeof ALL_ADAPTERS)[number];
+type AdapterName = string;
 type StoreName = (typeof ALL_STORES)[number];
-const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express'] : [...ALL_ADAPTERS])) as AdapterName[];
+const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express', 'fetch:text'] : [...ALL_ADAPTERS])) as AdapterName[];
+/** The framework of an adapter name (`fetch:text` -> fetch) and its handler style. */
+const baseOf = (adapter: AdapterName) => adapter.split(':')[0]!;
+const styleOf = (adapter: AdapterName) => adapter.split(':')[1];
+/** A handler style's block: first executions and replays on memory only. */
+const styled = (adapter: AdapterName) => styleOf(adapter) !== undefined || adapter === 'fetch';
 const stores = (opt('stores')?.split(',') ?? (quick ? ['memory'] : [...ALL_STORES])) as StoreName[];
 const peers = !flag('no-peers');
 const roundTrips = !flag('no-round-trips');
@@ -189,7 +208,9 @@ interface Spec {
 }
 
 function envFor(spec: Spec, extra: Partial<ServerEnv> = {}): ServerEnv {
-  const env: ServerEnv = { ADAPTER: spec.adapter, IMPL: spec.impl, NAMESPACE, ...extra };
+  const env: ServerEnv = { ADAPTER: baseOf(spec.adapter), IMPL: spec.impl, NAMESPACE, ...extra };
+  const style = styleOf(spec.adapter);
+  if (style !== undefined) env.STYLE = style;
   if (spec.impl === 'ours') env.STORE_URL = storeUrls[spec.store as StoreName];
   if (spec.impl === 'express-idempotency' || spec.impl === 'node-idempotency') {
     env.PEER_STORE = spec.store;
@@ -210,7 +231,8 @@ function check(spec: Spec, label: string, r: LoadResult, executions: number, dou
   // A peer's 5xx is its measured behaviour (reported); ours fails the run.
   if (fivexx.length > 0 && isOurs(spec)) say(`5xx answers ${JSON.stringify(Object.fromEntries(fivexx))}`);
   if (spec.impl === 'bare' || spec.impl === 'floor' || isOurs(spec)) {
-    const non2xx = Object.entries(r.statusCodes).filter(([c]) => Number(c) < 200 || Number(c) >= 300);
+    // A redirect style answers 303 and the empty one 204: anything below 400 is the handler's.
+    const non2xx = Object.entries(r.statusCodes).filter(([c]) => Number(c) < 200 || Number(c) >= 400);
     const allowed = spec.scenario === 'storm' ? non2xx.filter(([c]) => c !== '409') : non2xx;
     if (allowed.length > 0) say(`unexpected answers ${JSON.stringify(Object.fromEntries(allowed))}`);
   }
@@ -242,6 +264,36 @@ async function measure(spec: Spec): Promise<Row | undefined> {
   return measureOnce(spec);
 }
 
+/** The median of `values` (the lower middle one of an even count). */
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
+
+/**
+ * `repeats` runs of one case, each in a fresh server, reported as their median: req/s and
+ * its row by req/s, server CPU per request and p99 each the median of their own samples
+ * (single runs on a shared machine swing by ±30 %). The burst runs on the last run only;
+ * double executions are the sum over all runs.
+ */
+async function measureMedian(spec: Spec): Promise<Row | undefined> {
+  const runs: Row[] = [];
+  for (let i = 0; i < repeats; i++) {
+    const r = await measure({ ...spec, withBurst: spec.withBurst === true && i === repeats - 1 });
+    if (r) runs.push(r);
+  }
+  if (runs.length === 0) return undefined;
+  if (runs.length === 1) return runs[0];
+  const byRate = [...runs].sort((a, b) => a.reqPerSec - b.reqPerSec);
+  const row: Row = { ...byRate[Math.floor((byRate.length - 1) / 2)]! };
+  row.samples = runs.map((r) => Math.round(r.reqPerSec));
+  row.cpuSamples = runs.map((r) => Math.round(r.cpuMicrosPerRequest * 10) / 10);
+  row.cpuMicrosPerRequest = median(runs.map((r) => r.cpuMicrosPerRequest));
+  row.p99 = median(runs.map((r) => r.p99));
+  row.burst = runs.find((r) => r.burst)?.burst;
+  row.executions = runs.reduce((n, r) => n + r.executions, 0);
+  row.doubleExecutions = runs.reduce((n, r) => n + r.doubleExecutions, 0);
+  if (runs.length > 1) log(`    median of ${runs.length}: ${fmt(row.reqPerSec)} req/s, cpu ${fmt(row.cpuMicrosPerRequest, 1)} µs/req, p99 ${fmt(row.p99, 1)} ms`);
+  return row;
+}
+
 async function measureOnce(spec: Spec): Promise<Row | undefined> {
   const label = `${spec.adapter}/${spec.impl}/${spec.store}/${spec.scenario}`;
   let server: ServerHandle;
@@ -259,7 +311,7 @@ async function measureOnce(spec: Spec): Promise<Row | undefined> {
     const measured = `${keyPrefix}-m`;
     if (spec.scenario === 'replay') {
       const status = await prime(server.url, `${measured}-replay`);
-      if (status !== 201) problems.push(`${label}: priming request answered ${status}`);
+      if (status < 200 || status >= 400) problems.push(`${label}: priming request answered ${status}`);
     }
     if (warmupS > 0) {
       const warmPrefix = spec.scenario === 'replay' ? measured : `${keyPrefix}-w`;
@@ -522,6 +574,9 @@ async function main(): Promise<void> {
   log(`load average before: ${loadBefore.map((l) => l.toFixed(2)).join(' ')}`);
   how = await bundleEntries();
   log(`servers: ${how}`);
+  const pinned = pinCores();
+  notes.push(pinned.note);
+  log(pinned.note);
   await setUpStores();
   for (const s of skipped) log(`SKIPPED ${s}`);
 
@@ -531,26 +586,31 @@ async function main(): Promise<void> {
   };
   const scenarios = (opt('scenarios')?.split(',') ?? ['first', 'replay', 'storm']) as Scenario[];
   for (const adapter of flag('no-matrix') ? [] : adapters) {
-    if (adapter !== 'node' && !existsSync(path.join(ROOT, `adapters/${adapter}.ts`))) {
-      skipped.push(`adapter ${adapter}: adapters/${adapter}.ts has not landed`);
-      log(`SKIPPED adapter ${adapter}: adapters/${adapter}.ts has not landed`);
+    if (baseOf(adapter) !== 'node' && !existsSync(path.join(ROOT, `adapters/${baseOf(adapter)}.ts`))) {
+      skipped.push(`adapter ${adapter}: adapters/${baseOf(adapter)}.ts has not landed`);
+      log(`SKIPPED adapter ${adapter}: adapters/${baseOf(adapter)}.ts has not landed`);
       continue;
     }
     log(`\n${adapter} (${fmt((Date.now() - started) / 1000, 1)} s)`);
-    push(await measure({ adapter, impl: 'bare', store: 'none', scenario: 'bare' }));
+    push(await measureMedian({ adapter, impl: 'bare', store: 'none', scenario: 'bare' }));
     // On Express, memory and Redis run in the peer block below, interleaved with the peers.
     const peerStores = adapter === 'express' && peers ? (['memory', 'redis'] as StoreName[]) : [];
     for (const store of stores) {
       if (!storeUrls[store] || peerStores.includes(store)) continue;
+      if (styled(adapter) && store !== 'memory') continue;
       for (const scenario of scenarios) {
         // Quick: the Node adapter's three scenarios; other adapters first execution only.
         if (quick && adapter !== 'node' && scenario !== 'first') continue;
-        push(await measure({ adapter, impl: 'ours', store, scenario, withBurst: scenario === 'storm' }));
+        if (styled(adapter) && scenario === 'storm') continue;
+        push(await measureMedian({ adapter, impl: 'ours', store, scenario, withBurst: scenario === 'storm' }));
       }
     }
     // The floor (a minimal Map-backed layer) beside the Node adapter: what the job costs here.
-    if (adapter === 'node' && !quick) {
-      for (const scenario of scenarios) if (scenario !== 'storm') push(await measure({ adapter, impl: 'floor', store: 'none', scenario }));
+    if (adapter === 'node') {
+      for (const scenario of scenarios) {
+        if (scenario === 'storm' || (quick && scenario !== 'first')) continue;
+        push(await measureMedian({ adapter, impl: 'floor', store: 'none', scenario }));
+      }
     }
     if (peerStores.length > 0) {
       // Ours and the peers take turns, `repeats` times each, and the median run (by req/s)
@@ -584,7 +644,7 @@ async function main(): Promise<void> {
       }
     }
     // A second bare run closes the block: the ratio uses both, so drift over the block shows.
-    if (!quick) push(await measure({ adapter, impl: 'bare', store: 'none', scenario: 'bare' }));
+    if (!quick) push(await measureMedian({ adapter, impl: 'bare', store: 'none', scenario: 'bare' }));
   }
 
   let rt: RoundTripRow[] = [];

@@ -1,7 +1,8 @@
 /**
  * A benchmark server in its own process (the load generator runs in another):
  * `node --import tsx bench/server.ts` with
- *   ADAPTER   node | express | fastify | koa | hono
+ *   ADAPTER   node | express | fastify | koa | hono | fetch (the fetch adapter on @hono/node-server)
+ *   STYLE     the handler style for hono and fetch (bench/apps.ts)
  *   IMPL      bare | ours | express-idempotency | node-idempotency
  *   STORE_URL our store (memory://, sqlite://…, redis://…, postgresql://…)
  *   PEER_STORE memory | redis (peers), REDIS_URL for the Redis one
@@ -63,6 +64,7 @@ async function main(): Promise<void> {
   const app = await startApp({
     adapter,
     impl,
+    style: env.STYLE,
     store,
     peerStore: (env.PEER_STORE as 'memory' | 'redis' | undefined) ?? 'memory',
     redisUrl: env.REDIS_URL,

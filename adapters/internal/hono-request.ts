@@ -130,9 +130,10 @@ const RAW: PropertyDescriptor = {
  * no one had: `c.req.json()`, `text()`, `arrayBuffer()`, `bytes()`, `blob()`, `formData()`
  * and `parseBody()` answer from Hono's body cache, and `c.req.raw` is a `Request` with the
  * same bytes (same url, method, headers and signal) when something asks for it: to read
- * it, pass it on to another fetch handler, or clone it.
+ * it, pass it on to another fetch handler, or clone it. With `unread`, `request` can still
+ * be read (@hono/node-server reads it again from Node's message), and is `c.req.raw`.
  */
-export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array): void {
+export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array, unread = false): void {
   const lending = req as LendingRequest;
   const buffer = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes.buffer : bytes.slice().buffer;
   // Bytes only (text is made on first use): Hono makes a blob or form data from the first
@@ -143,5 +144,6 @@ export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array):
     Object.setPrototypeOf(lending, lendingPrototype(Object.getPrototypeOf(lending)));
     Object.defineProperty(lending, 'raw', RAW);
   }
-  lending[LENT] = { request, bytes };
+  // `unread`: the request still holds its body (the server reads it again), so it is `c.req.raw` itself.
+  lending[LENT] = unread ? { request, bytes, raw: request } : { request, bytes };
 }

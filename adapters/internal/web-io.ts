@@ -86,6 +86,99 @@ export async function consumeBody(request: Request, limit: number): Promise<Uint
   return new RawBody(chunks, size);
 }
 
+/** Node's IncomingMessage as @hono/node-server keeps it under its request (the members read here). */
+interface NodeIncoming {
+  on(event: string, listener: (arg?: unknown) => void): unknown;
+  off(event: string, listener: (arg?: unknown) => void): unknown;
+  readonly readableDidRead: boolean;
+  readonly readableEnded: boolean;
+  readonly readableEncoding: string | null;
+  readonly complete: boolean;
+  rawBody?: unknown;
+}
+
+/**
+ * Node's incoming message under a request of @hono/node-server that nothing has read or
+ * turned into a full `Request` yet; `undefined` for any other request. That server's
+ * lightweight Request keeps the message under a private symbol and reads the body from it
+ * directly; a full `Request` (and a web stream of the body) is made only when something
+ * asks for `body`, `clone()` or `signal`.
+ */
+function unreadNodeIncoming(request: Request): NodeIncoming | undefined {
+  let incoming: unknown;
+  for (const symbol of Object.getOwnPropertySymbols(request)) {
+    const value: unknown = (request as unknown as Record<symbol, unknown>)[symbol];
+    switch (symbol.description) {
+      case 'incomingKey':
+        incoming = value;
+        break;
+      // Made into a full Request, or its body read: the standard path.
+      case 'requestCache':
+      case 'bodyConsumedDirectly':
+      case 'bodyReadPromise':
+        if (value !== undefined && value !== false) return undefined;
+        break;
+    }
+  }
+  const node = incoming as Partial<NodeIncoming> | undefined;
+  if (typeof node !== 'object' || node === null || typeof node.on !== 'function' || typeof node.off !== 'function') return undefined;
+  if (node.readableDidRead !== false || node.readableEnded !== false || node.readableEncoding !== null || 'rawBody' in node) return undefined;
+  return node as NodeIncoming;
+}
+
+/**
+ * The body of a small request of @hono/node-server (a declared length within `limit`
+ * and WHOLE_BODY_BYTES, no Transfer-Encoding), read from Node's message without reading
+ * the request: the bytes are left as the message's `rawBody`, which that server reads a
+ * body from when it is there (as it does on platforms that read the body before it), so
+ * the handler reads the same bytes from the same, unread request (`text()`, `json()`,
+ * `arrayBuffer()`, `body`, `clone()`). `undefined` for any other request: the caller takes
+ * the standard path. Made for it: reading `body` or `clone()` there would make a full
+ * `Request` and tee its stream, several times the cost of the layer's own work.
+ */
+export async function peekNodeServerBody(request: Request, limit: number): Promise<Uint8Array | undefined> {
+  const method = request.method;
+  if (method === 'GET' || method === 'HEAD') return undefined;
+  const incoming = unreadNodeIncoming(request);
+  if (incoming === undefined) return undefined;
+  const headers = request.headers;
+  const length = headers.get('content-length');
+  const declared = length === null ? Number.NaN : Number(length);
+  if (!Number.isSafeInteger(declared) || declared < 0 || declared > Math.min(limit, WHOLE_BODY_BYTES) || headers.has('transfer-encoding')) {
+    return undefined;
+  }
+  const body = await new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (settle: () => void) => {
+      incoming.off('data', onData);
+      incoming.off('end', onEnd);
+      incoming.off('error', onError);
+      incoming.off('close', onClose);
+      settle();
+    };
+    const onData = (chunk?: unknown) => {
+      const bytes = chunk as Buffer;
+      size += bytes.byteLength;
+      chunks.push(bytes);
+    };
+    const onEnd = () => done(() => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)));
+    const onError = (error?: unknown) => done(() => reject(error));
+    const onClose = () => {
+      if (incoming.complete) onEnd();
+      else done(() => reject(new Error('The client closed the connection before the request body was complete')));
+    };
+    incoming.on('data', onData);
+    incoming.on('end', onEnd);
+    incoming.on('error', onError);
+    incoming.on('close', onClose);
+  });
+  // An HTTP/1.1 server reads the declared length and no more; the check costs nothing.
+  if (body.byteLength > limit) throw new BodyTooLargeError(limit);
+  incoming.rawBody = body;
+  return body;
+}
+
 /**
  * The request's body bytes, up to `limit`, leaving the request itself unread: a clone is
  * read, so the handler gets the very object it would have got (a Next.js `NextRequest`
@@ -95,6 +188,8 @@ export async function consumeBody(request: Request, limit: number): Promise<Uint
  */
 export async function readRequestBody(request: Request, limit: number): Promise<RawBody> {
   assertDeclaredLength(request.headers, limit);
+  const peeked = await peekNodeServerBody(request, limit);
+  if (peeked !== undefined) return new RawBody(peeked.byteLength === 0 ? [] : [peeked], peeked.byteLength);
   if (request.body === null || request.method === 'GET' || request.method === 'HEAD') return new RawBody([], 0);
   const { chunks, size } = await readChunks(request.clone().body!, limit);
   return new RawBody(chunks, size);
@@ -381,16 +476,26 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     if (!ready.done) reader.cancel().catch(() => undefined);
     const body = recording.bytes();
     await claim.finish({ ...head, body });
-    return new Response(body as ResponseBody, response);
+    return new Response(body as ResponseBody, initOf(response));
   }
   try {
-    return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), response);
+    return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), initOf(response));
   } catch (error) {
     // Not sent, so never read: the claim would otherwise be left to its lease timer.
     reader.cancel().catch(() => undefined);
     await claim.fail(error);
     throw error;
   }
+}
+
+/**
+ * The handler's status, status text and headers, for the response sent in its place: what
+ * `new Response(body, response)` reads, as a plain init. @hono/node-server's Response,
+ * given a Response as its init, builds a full undici Response at once and the server
+ * then sends it through a stream; given a plain init, it writes the bytes straight out.
+ */
+function initOf(response: Response): ResponseInit {
+  return { status: response.status, statusText: response.statusText, headers: response.headers };
 }
 
 /** A platform's `waitUntil` (Cloudflare Workers, Vercel and Netlify edge functions): keep the invocation alive for a promise. */
@@ -424,6 +529,40 @@ export function keepAliveUntilSettled(claim: HttpClaim, waitUntil: WaitUntil | u
     abandon: () => claim.abandon(),
     maxResponseBytes: claim.maxResponseBytes,
   };
+}
+
+/** Node's response, as @hono/node-server passes it to a fetch handler (`env.outgoing`). */
+interface NodeOutgoing {
+  once(event: 'close', listener: () => void): unknown;
+  readonly writableFinished: boolean;
+  readonly destroyed: boolean;
+}
+
+/**
+ * Stop renewing the claim's lease once the client is gone, and say whether it is, from the
+ * platform's arguments: on @hono/node-server (`fetch(request, { incoming, outgoing })`),
+ * Node's response tells (closed before it finished), where the request's `signal` would
+ * be made on first use, an AbortController and a listener for every request. Elsewhere,
+ * the request's signal.
+ */
+export function clientGoneFor(request: Request, rest: readonly unknown[], claim: HttpClaim): { readonly aborted: boolean } {
+  const outgoing = (rest[0] as { outgoing?: Partial<NodeOutgoing> } | null | undefined)?.outgoing;
+  if (typeof outgoing?.once !== 'function' || typeof outgoing.writableFinished !== 'boolean' || typeof outgoing.destroyed !== 'boolean') {
+    const { signal } = request;
+    abandonOnAbort(signal, claim);
+    return signal;
+  }
+  const node = outgoing as NodeOutgoing;
+  const state = { aborted: node.destroyed && !node.writableFinished };
+  if (state.aborted) claim.abandon();
+  else {
+    node.once('close', () => {
+      if (node.writableFinished) return;
+      state.aborted = true;
+      claim.abandon();
+    });
+  }
+  return state;
 }
 
 /** Stop renewing the claim's lease once the client is gone (the handler may still finish). */

@@ -12,10 +12,11 @@ import { createAdaptorServer } from '@hono/node-server';
 import { Hono } from 'hono';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
+import { withIdempotency } from '../../adapters/fetch.js';
 import { idempotency } from '../../adapters/hono.js';
 import { recordResponse } from '../../adapters/internal/web-io.js';
 import type { CapturedResponse, HttpClaim } from '../../src/http.js';
-import { send, sendAndAbort } from './client.js';
+import { expectProblem, send, sendAndAbort } from './client.js';
 
 const NativeResponse = globalThis.Response;
 const servers: http.Server[] = [];
@@ -233,5 +234,110 @@ describe('Hono on @hono/node-server', () => {
     expect(raw.json()).toEqual({ raw: JSON.stringify(body), json: body });
     const on = await send(base, { path: '/on', key: randomUUID(), body });
     expect(on.text).toBe(JSON.stringify(body));
+  });
+});
+
+describe('the fetch adapter on @hono/node-server', () => {
+  async function serveFetch(handler: (request: Request) => Promise<Response>, options: { maxBodyBytes?: number; leaseMs?: number; wait?: number } = {}): Promise<string> {
+    const wrapped = withIdempotency(handler, { store: memoryStore(), scope: 'shared', ...options });
+    // As `serve({ fetch: withIdempotency(...) })`: the server's { incoming, outgoing } passed on.
+    const server = createAdaptorServer({ fetch: wrapped }) as http.Server;
+    servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+
+  /** Whether the server's lightweight request was made into a full Request. */
+  const made = (request: Request, what: string) =>
+    Object.getOwnPropertySymbols(request).some((s) => s.description === what && (request as unknown as Record<symbol, unknown>)[s] !== undefined);
+  const materialized = (request: Request) => made(request, 'requestCache') || made(request, 'abortControllerKey');
+
+  it('H6: the handler gets the server\'s own request, unread and still lightweight, and reads the same bytes every way', async () => {
+    const seen: { bodyUsed: boolean; materialized: boolean }[] = [];
+    let runs = 0;
+    const base = await serveFetch(async (request) => {
+      seen.push({ bodyUsed: request.bodyUsed, materialized: materialized(request) });
+      runs++;
+      const path = new URL(request.url).pathname;
+      const read =
+        path === '/text'
+          ? await request.text()
+          : path === '/json'
+            ? JSON.stringify(await request.json())
+            : path === '/bytes'
+              ? new TextDecoder().decode(await request.arrayBuffer())
+              : path === '/stream'
+                ? await new Response(request.body).text()
+                : await request.clone().text();
+      return new Response(`${runs}:${read}`, { status: 201 });
+    });
+    const body = { a: 1, b: 'é' };
+    for (const path of ['/text', '/json', '/bytes', '/stream', '/clone']) {
+      const key = randomUUID();
+      const first = await send(base, { path, key, body });
+      expect(first.status).toBe(201);
+      expect(first.text).toBe(`${runs}:${JSON.stringify(body)}`);
+      const replay = await send(base, { path, key, body });
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.text).toBe(first.text);
+      const other = await send(base, { path, key, body: { a: 2 } });
+      expectProblem(other, 422, 'key-reused');
+    }
+    expect(runs).toBe(5);
+    expect(seen).toEqual(Array.from({ length: 5 }, () => ({ bodyUsed: false, materialized: false })));
+  });
+
+  it('H13 H17: a client gone mid-request (told by Node\'s response): the response is still stored, but the lease is no longer renewed', async () => {
+    let runs = 0;
+    const base = await serveFetch(
+      async (request) => {
+        const n = ++runs;
+        await new Promise((resolve) => setTimeout(resolve, Number(new URL(request.url).searchParams.get('ms'))));
+        return Response.json({ n }, { status: 201 });
+      },
+      { leaseMs: 150, wait: 0 },
+    );
+    // Gone after 30 ms of a 600 ms handler: once the 150 ms lease runs out, the key is free.
+    const key = randomUUID();
+    await sendAndAbort(base, { path: '/slow?ms=600', key, body: {} }, 30);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const takeover = await send(base, { path: '/slow?ms=0', key, body: {} });
+    expect(takeover.status).toBe(201);
+    expect(takeover.json()).toEqual({ n: 2 });
+    // Gone after 30 ms of a 100 ms handler: its response is stored, the retry replays it.
+    const stored = randomUUID();
+    await sendAndAbort(base, { path: '/slow?ms=100', key: stored, body: {} }, 30);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const retry = await send(base, { path: '/slow?ms=100', key: stored, body: {} });
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(runs).toBe(3);
+  });
+
+  it('H12: a declared length over maxBodyBytes is 413 before a byte is read; a chunked body takes the standard path', async () => {
+    let runs = 0;
+    const base = await serveFetch(async (request) => new Response(`${++runs}:${await request.text()}`, { status: 201 }), { maxBodyBytes: 16 });
+    expectProblem(await send(base, { path: '/', key: randomUUID(), body: 'x'.repeat(17) }), 413, 'body-too-large');
+    expect(runs).toBe(0);
+    const ok = await send(base, { path: '/', key: randomUUID(), body: 'x'.repeat(16) });
+    expect(ok.text).toBe(`1:${'x'.repeat(16)}`);
+    const chunked = async (parts: string[], key: string) => {
+      const { request } = await import('node:http');
+      return new Promise<{ status: number; text: string }>((resolve, reject) => {
+        const req = request(`${base}/`, { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'text/plain', 'transfer-encoding': 'chunked' } }, (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (d: string) => (text += d));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        });
+        req.on('error', reject);
+        for (const part of parts) req.write(part);
+        req.end();
+      });
+    };
+    const key = randomUUID();
+    expect(await chunked(['abc', 'def'], key)).toEqual({ status: 201, text: '2:abcdef' });
+    expect(await chunked(['abcdef'], key)).toEqual({ status: 201, text: '2:abcdef' });
+    expect((await chunked(['x'.repeat(10), 'x'.repeat(10)], randomUUID())).status).toBe(413);
+    expect(runs).toBe(2);
   });
 });
