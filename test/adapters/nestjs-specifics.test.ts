@@ -12,6 +12,7 @@ import { Readable } from 'node:stream';
 import {
   ArgumentsHost,
   Body,
+  FileTypeValidator,
   Catch,
   Controller,
   ExceptionFilter,
@@ -425,6 +426,21 @@ for (const platform of ['express', 'fastify'] as Platform[]) {
 }
 
 describe('nest module', () => {
+  it("Nest's FileTypeValidator loads file-type as installed (package.json overrides it to a version for Node 20) and checks magic numbers", async () => {
+    const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGNgAAAAAgABSK+kcQAAAABJRU5ErkJggg==', 'base64');
+    const file = (buffer: Buffer, mimetype: string) => ({ buffer, mimetype, size: buffer.length }) as never;
+    const warn = vi.spyOn(Logger.prototype, 'warn').mockImplementation(() => {});
+    try {
+      // No fallback to the declared type: only a loaded file-type can tell a PNG.
+      const validator = new FileTypeValidator({ fileType: 'image/png' });
+      expect(await validator.isValid(file(png, 'text/plain'))).toBe(true);
+      expect(await validator.isValid(file(Buffer.from('not an image, only text'), 'image/png'))).toBe(false);
+      expect(warn.mock.calls.map(([m]) => String(m)).filter((m) => m.includes('file-type'))).toEqual([]);
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
   it('forRootAsync builds the options from the app’s own providers (useFactory + inject); a given store is left open at shutdown', async () => {
     const store = memoryStore();
     const closed = vi.spyOn(store, 'close');
