@@ -174,7 +174,7 @@ for (const [name, runtime] of Object.entries(runtimes)) {
       const { child, output } = await startOn(runtime.binary!, [file], port);
       try {
         const server = `http://127.0.0.1:${port}`;
-        const order = { path: '/orders', key: '8e03978e', body: { sku: 'A1' } };
+        const order = { path: '/orders', key: '8e03978e', body: { sku: 'A1' }, headers: { 'x-account-id': 'acct_1' } };
         const first = await send(server, order);
         expect(first.status, output()).toBe(201);
         expect(first.json()).toEqual({ id: 1, sku: 'A1' });

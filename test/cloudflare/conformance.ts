@@ -80,7 +80,10 @@ export function conformanceOnWorkerd(adapter: Extract<AdapterName, 'fetch' | 'ho
           },
           close: async () => {},
         });
-        runScenarios(adapter, host);
+        // In workerd a request's promises end with it (a client that left ends the invocation,
+        // and its lease timer with it): the scenario of a handler hanging after its client
+        // left cannot be staged there.
+        runScenarios(adapter, host, scenarios.filter((s) => !s.title.includes('renewal stops at the disconnect')));
       });
     }
   });

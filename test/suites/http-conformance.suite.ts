@@ -570,7 +570,13 @@ export const scenarios: Scenario[] = [
   {
     rule: 'H15',
     title: "a scope function returning NaN, ±Infinity, '', undefined, null or an object: 500 scope-required, never the shared space",
-    options: { scope: (req) => badScopes[req.headers['x-bad-scope'] as string] as string },
+    // Self-contained (no outer variable): the workerd conformance sends options' functions into the runtime as source.
+    options: {
+      scope: (req) =>
+        ({ nan: Number.NaN, infinity: Number.POSITIVE_INFINITY, 'minus-infinity': Number.NEGATIVE_INFINITY, empty: '', undefined: undefined, null: null, object: { id: 1 } } as Record<string, unknown>)[
+          req.headers['x-bad-scope'] as string
+        ] as string,
+    },
     async run(t) {
       const key = t.key();
       for (const name of Object.keys(badScopes)) {
