@@ -259,6 +259,15 @@ function readRepoFile(path: string): string | undefined {
   return statSync(full).isDirectory() ? '' : readFileSync(full, 'utf8');
 }
 
+/** What `npm pack` ships (package.json `files`): the only files a shipped page may link to. */
+const shipped: string[] = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')).files;
+
+/** A file of the published package, or undefined (an example or a test is in the repository only). */
+function readPackagedFile(path: string): string | undefined {
+  const inPackage = shipped.some((entry) => path === entry || path.startsWith(`${entry}/`));
+  return inPackage ? readRepoFile(path) : undefined;
+}
+
 describe('user docs stand alone', () => {
   const pages = userDocs();
 
@@ -270,8 +279,8 @@ describe('user docs stand alone', () => {
     it(`${page}: says rules in words (no rule ids, no SPEC)`, () => {
       expect(ruleIdCitations(withoutRuleLegend(page, readFileSync(join(root, page), 'utf8')))).toEqual([]);
     });
-    it(`${page}: every link resolves inside the repository or is a public page`, () => {
-      expect(brokenLinks(page, readFileSync(join(root, page), 'utf8'), readRepoFile)).toEqual([]);
+    it(`${page}: every link resolves inside the published package or is a public page`, () => {
+      expect(brokenLinks(page, readFileSync(join(root, page), 'utf8'), readPackagedFile)).toEqual([]);
     });
     const text = readFileSync(join(root, page), 'utf8');
     if (text.includes('npx tsx')) {
