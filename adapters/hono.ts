@@ -16,11 +16,11 @@
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
 import type { RawBody } from '../src/fingerprint.js';
-import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
 import { lendBody } from './internal/hono-request.js';
 import {
-  abandonOnAbort,
   assertDeclaredLength,
+  clientGoneFor,
   consumeBody,
   formDataUpload,
   keepAliveUntilSettled,
@@ -48,38 +48,6 @@ const honoDefaults: AdapterDefaults<Context> = {
   principalSource: "c.get('jwtPayload').sub, c.get('user').id and c.get('user').sub",
   scopeExample: "(c) => c.get('jwtPayload').sub",
 };
-
-/** Node's response, as @hono/node-server passes it to the app (`c.env.outgoing`). */
-interface NodeOutgoing {
-  once(event: 'close', listener: () => void): unknown;
-  readonly writableFinished: boolean;
-  readonly destroyed: boolean;
-}
-
-/**
- * Stop renewing the claim's lease once the client is gone, and say whether it is. On
- * @hono/node-server, Node's response tells (closed before it finished); the request's
- * `signal` would be made there on first use, an AbortController and a listener for every
- * request. Elsewhere, the request's signal.
- */
-function clientGone(c: Context, request: Request, claim: HttpClaim): { readonly aborted: boolean } {
-  const outgoing = (c.env as { outgoing?: Partial<NodeOutgoing> } | undefined)?.outgoing;
-  if (typeof outgoing?.once !== 'function' || typeof outgoing.writableFinished !== 'boolean') {
-    abandonOnAbort(request.signal, claim);
-    return request.signal;
-  }
-  const node = outgoing as NodeOutgoing;
-  const state = { aborted: node.destroyed && !node.writableFinished };
-  if (state.aborted) claim.abandon();
-  else {
-    node.once('close', () => {
-      if (node.writableFinished) return;
-      state.aborted = true;
-      claim.abandon();
-    });
-  }
-  return state;
-}
 
 /**
  * The `waitUntil` of the runtime's execution context (Cloudflare Workers, Deno Deploy…).
@@ -136,7 +104,8 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
     if (decision.type === 'pass') return next();
     // On Workers the claim keeps the invocation alive until it settles, whenever the client leaves.
     const claim = keepAliveUntilSettled(decision.claim, waitUntilOf(c));
-    const signal = clientGone(c, request, claim);
+    // On @hono/node-server `c.env` holds Node's response (`outgoing`), as a fetch handler's second argument does.
+    const signal = clientGoneFor(request, [c.env], claim);
     try {
       await next();
     } catch (error) {
