@@ -13,7 +13,7 @@ import { IdempotencyConflictError, IdempotencyMismatchError, RecordUnreadableErr
 import { fingerprintValue, sameFingerprint, type Fingerprint } from './fingerprint.js';
 import { scopePartition, storageKey } from './key.js';
 import { Lease, newToken, type EngineServices } from './lease.js';
-import type { CompletedRecord, IdempotencyRecord } from './store.js';
+import type { ClaimContext, CompletedRecord, IdempotencyRecord } from './store.js';
 import type { AcquireOutcome } from './telemetry.js';
 import { Flight, TIMED_OUT, waitHub, within, type FlightOutcome, type WaitHub } from './waiting.js';
 
@@ -39,12 +39,25 @@ export function acquireOutcome(error: unknown): AcquireOutcome {
 const isConflict = (error: unknown) => error instanceof IdempotencyConflictError;
 
 /** One request's acquisition of its key. */
+/**
+ * What a claim tells the store of its scope. The partition is hashed only when a store reads
+ * it (the memory store's fair bounds): the others never pay for it.
+ */
+class ScopeContext implements ClaimContext {
+  readonly #scope: string | undefined; // private: a store is told a hash, never the scope's text
+  #partition: string | undefined;
+  constructor(scope: string | undefined) {
+    this.#scope = scope;
+  }
+  get partition(): string {
+    return (this.#partition ??= scopePartition(this.#scope));
+  }
+}
+
 class Acquisition {
   /** When the wait ends: set once, when this request first learns that the key is in progress. */
   deadline: number | undefined = undefined;
   readonly skey: string;
-  /** The scope as the store sees it, for a store's fair bounds. */
-  readonly partition: string;
 
   constructor(
     readonly engine: EngineServices,
@@ -53,7 +66,6 @@ class Acquisition {
     readonly fingerprint: Fingerprint,
   ) {
     this.skey = storageKey(scope, key);
-    this.partition = scopePartition(scope);
   }
 
   async run(): Promise<Acquired> {
@@ -94,7 +106,7 @@ class Acquisition {
     const token = newToken();
     let result;
     try {
-      result = await engine.call('claim', () => store.claim(skey, { fingerprint: fingerprintValue(fingerprint), token, createdAt: now() }, leaseMs, { partition: this.partition }));
+      result = await engine.call('claim', () => store.claim(skey, { fingerprint: fingerprintValue(fingerprint), token, createdAt: now() }, leaseMs, new ScopeContext(scope)));
     } catch (error) {
       engine.storeError('claim', key, scope, error);
       // A claim that timed out may still reach the store later (a paused or slow server
