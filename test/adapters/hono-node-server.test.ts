@@ -16,7 +16,7 @@ import { withIdempotency } from '../../adapters/fetch.js';
 import { idempotency } from '../../adapters/hono.js';
 import { recordResponse } from '../../adapters/internal/web-io.js';
 import type { CapturedResponse, HttpClaim } from '../../src/http.js';
-import { expectProblem, send, sendAndAbort } from './client.js';
+import { expectProblem, send, sendAndAbort, type Reply, type SendOptions } from './client.js';
 
 const NativeResponse = globalThis.Response;
 const servers: http.Server[] = [];
@@ -49,6 +49,43 @@ function recordingClaim(): { claim: HttpClaim; stored: CapturedResponse[] } {
     maxResponseBytes: 1024 * 1024,
   };
   return { claim, stored };
+}
+
+const sameRequest = () => 'the same request';
+
+/** Send `options` until the answer is not 409 (the key still held), for at most `withinMs`. */
+async function sendWhileHeld(base: string, options: SendOptions, withinMs: number): Promise<Reply> {
+  const until = Date.now() + withinMs;
+  for (;;) {
+    const reply = await send(base, options);
+    if (reply.status !== 409 || Date.now() > until) return reply;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+/**
+ * A client gone mid-request, on a server whose `/slow?ms=` handler answers 201 `{ n }` (its
+ * run count) after `ms` and whose layer has `leaseMs: 150, wait: 0, fingerprint: sameRequest`
+ * (the retries' query differs, so that they do not hang): the lease is no longer
+ * renewed, so the key is taken over long before a hanging handler ends, and a response
+ * produced after the client left is still stored for the retry.
+ */
+async function expectGoneClientScenario(base: string, runs: () => number): Promise<void> {
+  // Gone after 30 ms of a 3 s handler: renewed, the key would answer 409 until the handler
+  // ends and then replay its n = 1; freed after the 150 ms lease, the retry runs (n = 2).
+  const key = randomUUID();
+  await sendAndAbort(base, { path: '/slow?ms=3000', key, body: {} }, 30);
+  const takeover = await sendWhileHeld(base, { path: '/slow?ms=0', key, body: {} }, 2500);
+  expect(takeover.status, takeover.text).toBe(201);
+  expect(takeover.headers['idempotent-replayed']).toBeUndefined();
+  expect(takeover.json()).toEqual({ n: 2 });
+  // Gone after 30 ms of a 100 ms handler: its response is stored, the retry replays it.
+  const stored = randomUUID();
+  await sendAndAbort(base, { path: '/slow?ms=100', key: stored, body: {} }, 30);
+  const retry = await sendWhileHeld(base, { path: '/slow?ms=100', key: stored, body: {} }, 5000);
+  expect(retry.status, retry.text).toBe(201);
+  expect(retry.headers['idempotent-replayed']).toBe('true');
+  expect(runs()).toBe(3);
 }
 
 /** Whether the server's Response still holds its body as given (not turned into a stream). */
@@ -194,27 +231,13 @@ describe('Hono on @hono/node-server', () => {
   it('H13 H17: a client gone mid-request: the response is still stored, but the lease is no longer renewed', async () => {
     const app = new Hono();
     let runs = 0;
-    app.use(idempotency({ store: memoryStore(), scope: 'shared', leaseMs: 150, wait: 0 }));
+    app.use(idempotency({ store: memoryStore(), scope: 'shared', leaseMs: 150, wait: 0, fingerprint: sameRequest }));
     app.post('/slow', async (c) => {
       const n = ++runs;
       await new Promise((resolve) => setTimeout(resolve, Number(c.req.query('ms'))));
       return c.json({ n }, 201);
     });
-    const base = await serve(app);
-    // Gone after 30 ms of a 600 ms handler: once the 150 ms lease runs out, the key is free.
-    const key = randomUUID();
-    await sendAndAbort(base, { path: '/slow?ms=600', key, body: {} }, 30);
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    const takeover = await send(base, { path: '/slow?ms=0', key, body: {} });
-    expect(takeover.status).toBe(201);
-    expect(takeover.json()).toEqual({ n: 2 });
-    // Gone after 30 ms of a 100 ms handler: its response is stored, the retry replays it.
-    const stored = randomUUID();
-    await sendAndAbort(base, { path: '/slow?ms=100', key: stored, body: {} }, 30);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    const retry = await send(base, { path: '/slow?ms=100', key: stored, body: {} });
-    expect(retry.headers['idempotent-replayed']).toBe('true');
-    expect(runs).toBe(3);
+    await expectGoneClientScenario(await serve(app), () => runs);
   });
 
   it('H6: the server\'s own request, read by the middleware: handlers get its bytes from c.req.json(), c.req.raw and a fetch handler it is passed to', async () => {
@@ -295,22 +318,9 @@ describe('the fetch adapter on @hono/node-server', () => {
         await new Promise((resolve) => setTimeout(resolve, Number(new URL(request.url).searchParams.get('ms'))));
         return Response.json({ n }, { status: 201 });
       },
-      { leaseMs: 150, wait: 0 },
+      { leaseMs: 150, wait: 0, fingerprint: sameRequest },
     );
-    // Gone after 30 ms of a 600 ms handler: once the 150 ms lease runs out, the key is free.
-    const key = randomUUID();
-    await sendAndAbort(base, { path: '/slow?ms=600', key, body: {} }, 30);
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    const takeover = await send(base, { path: '/slow?ms=0', key, body: {} });
-    expect(takeover.status).toBe(201);
-    expect(takeover.json()).toEqual({ n: 2 });
-    // Gone after 30 ms of a 100 ms handler: its response is stored, the retry replays it.
-    const stored = randomUUID();
-    await sendAndAbort(base, { path: '/slow?ms=100', key: stored, body: {} }, 30);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    const retry = await send(base, { path: '/slow?ms=100', key: stored, body: {} });
-    expect(retry.headers['idempotent-replayed']).toBe('true');
-    expect(runs).toBe(3);
+    await expectGoneClientScenario(base, () => runs);
   });
 
   it('H12: a declared length over maxBodyBytes is 413 before a byte is read; a chunked body takes the standard path', async () => {
