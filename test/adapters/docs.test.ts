@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { entries } from '../../entries.js';
 import { importsFromSources } from '../helpers/package-imports.js';
-import { freePort, untilListening } from '../helpers/ports.js';
+import { startTsServer } from '../helpers/ts-process.js';
 import { expectProblem, send } from './client.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -52,22 +52,13 @@ describe('docs/adapters: the example on each page runs as written', () => {
       // .mts: outside a "type": "module" package scope a .ts file would load as CommonJS.
       const file = join(home, `${adapter}.mts`);
       writeFileSync(file, example(adapter));
-      const port = await freePort();
-      const child = spawn(process.execPath, ['--import', 'tsx', file], {
-        cwd: root,
-        // The page's default store (memory://), as a user who copies it gets it.
-        env: { ...inheritedEnv, PORT: String(port) },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let output = '';
-      child.stdout.on('data', (chunk) => (output += chunk));
-      child.stderr.on('data', (chunk) => (output += chunk));
+      // The page's default store (memory://), as a user who copies it gets it.
+      const server = await startTsServer(file, { cwd: root, env: inheritedEnv });
       try {
-        await untilListening(port, () => (child.exitCode === null ? undefined : output));
-        const url = `http://127.0.0.1:${port}`;
+        const url = server.url;
         const order = { path: '/orders', key: '8e03978e', body: { sku: 'A1' }, headers: { 'x-account-id': 'acct_1' } };
         const first = await send(url, order);
-        expect(first.status, output).toBe(201);
+        expect(first.status, server.output()).toBe(201);
         expect(first.json()).toEqual({ id: 1, sku: 'A1' });
         expect(first.headers.location).toBe('/orders/1');
         const again = await send(url, order);
@@ -79,7 +70,7 @@ describe('docs/adapters: the example on each page runs as written', () => {
         const other = await send(url, { ...order, headers: { 'x-account-id': 'acct_2' } });
         expect(other.json()).toEqual({ id: 2, sku: 'A1' });
       } finally {
-        child.kill('SIGTERM');
+        server.stop();
       }
     });
   }

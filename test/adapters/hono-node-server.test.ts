@@ -261,7 +261,7 @@ describe('Hono on @hono/node-server', () => {
 });
 
 describe('the fetch adapter on @hono/node-server', () => {
-  async function serveFetch(handler: (request: Request) => Promise<Response>, options: { maxBodyBytes?: number; leaseMs?: number; wait?: number } = {}): Promise<string> {
+  async function serveFetch(handler: (request: Request) => Promise<Response>, options: { maxBodyBytes?: number; leaseMs?: number; wait?: number; fingerprint?: () => string } = {}): Promise<string> {
     const wrapped = withIdempotency(handler, { store: memoryStore(), scope: 'shared', ...options });
     // As `serve({ fetch: withIdempotency(...) })`: the server's { incoming, outgoing } passed on.
     const server = createAdaptorServer({ fetch: wrapped }) as http.Server;

@@ -3,11 +3,10 @@
  * up (through the app's own connection, forRootAsync) and on memory otherwise: a user's
  * repeat is a replay, another user's same key is their own payment, no token is a 401.
  */
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
-import { freePort, untilListening } from '../helpers/ports.js';
+import { startTsServer } from '../helpers/ts-process.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { send } from './client.js';
 
@@ -15,24 +14,16 @@ const root = fileURLToPath(new URL('../../', import.meta.url));
 const redis = await serviceAvailable('Redis', REDIS_URL);
 
 it(`examples/nestjs/app.ts: H7 H15 behind a Passport JWT guard (${redis ? 'Redis' : 'memory'})`, async () => {
-  const port = await freePort();
-  const child = spawn(process.execPath, ['--import', 'tsx', 'examples/nestjs/app.ts'], {
-    cwd: root,
-    env: { ...process.env, PORT: String(port), ...(redis ? { REDIS_URL } : {}) },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk) => (output += chunk));
-  child.stderr.on('data', (chunk) => (output += chunk));
+  const server = await startTsServer('examples/nestjs/app.ts', { cwd: root, env: { ...process.env, ...(redis ? { REDIS_URL } : {}) } });
+  const output = server.output;
   try {
-    await untilListening(port, () => (child.exitCode === null ? undefined : output));
-    const url = `http://127.0.0.1:${port}`;
+    const url = server.url;
     const token = async (user: string) => (await send(url, { path: '/login', body: { user } })).json<{ token: string }>().token;
     const alice = { authorization: `Bearer ${await token('alice')}` };
     const bob = { authorization: `Bearer ${await token('bob')}` };
     const key = `example-${randomUUID()}`;
     const first = await send(url, { path: '/payments', key, body: { amount: 40 }, headers: alice });
-    expect(first.status, output).toBe(201);
+    expect(first.status, output()).toBe(201);
     expect(first.json()).toMatchObject({ user: 'alice', amount: 40 });
     const again = await send(url, { path: '/payments', key, body: { amount: 40 }, headers: alice });
     expect(again.headers['idempotent-replayed']).toBe('true');
@@ -43,6 +34,6 @@ it(`examples/nestjs/app.ts: H7 H15 behind a Passport JWT guard (${redis ? 'Redis
     const anonymous = await send(url, { path: '/payments', key, body: { amount: 40 } });
     expect(anonymous.status).toBe(401);
   } finally {
-    child.kill('SIGTERM');
+    server.stop();
   }
 }, 60_000);

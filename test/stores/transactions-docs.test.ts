@@ -2,7 +2,6 @@
  * docs/transactions.md: both examples run as written, in their own process, against a real
  * PostgreSQL (in a schema of their own, through `search_path`), and do what the page says.
  */
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { send } from '../adapters/client.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
 import { importsFromSources } from '../helpers/package-imports.js';
-import { freePort } from '../helpers/ports.js';
+import { runTs, startTsServer } from '../helpers/ts-process.js';
 
 const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);
 const root = fileURLToPath(new URL('../../', import.meta.url));
@@ -30,20 +29,6 @@ function example(heading: string): string {
   return importsFromSources(code);
 }
 
-function run(file: string, env: Record<string, string>) {
-  const child = spawn(process.execPath, ['--import', 'tsx', file], {
-    cwd: root,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk) => (output += chunk));
-  child.stderr.on('data', (chunk) => (output += chunk));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  return { child, exited, output: () => output };
-}
-
-
 describe.skipIf(!available)('docs/transactions.md: the examples run as written', () => {
   const db = new pg.Pool({ connectionString: databaseUrl, max: 2 });
   beforeAll(async () => {
@@ -59,7 +44,7 @@ describe.skipIf(!available)('docs/transactions.md: the examples run as written',
   it('## Example: the order is placed once, the redelivery gets the stored result, the record sits next to the orders', async () => {
     const file = join(dir, 'place-order.mts');
     writeFileSync(file, example('## Example'));
-    const proc = run(file, { DATABASE_URL: databaseUrl });
+    const proc = runTs(file, { cwd: root, env: { ...process.env, DATABASE_URL: databaseUrl } });
     expect(await proc.exited, proc.output()).toBe(0);
     const printed = JSON.parse(proc.output().trim().split('\n').at(-1)!) as { first: unknown; again: unknown; orders: number };
     expect(printed.first).toEqual({ orderId: expect.any(Number) });
@@ -72,21 +57,11 @@ describe.skipIf(!available)('docs/transactions.md: the examples run as written',
   it('## HTTP handlers: the Express server stores the committed response and replays it; one order per key', async () => {
     const file = join(dir, 'server.mts');
     writeFileSync(file, example('## HTTP handlers'));
-    const port = await freePort();
-    const proc = run(file, { DATABASE_URL: databaseUrl, PORT: String(port) });
+    const server = await startTsServer(file, { cwd: root, env: { ...process.env, DATABASE_URL: databaseUrl } });
     try {
-      const url = `http://127.0.0.1:${port}`;
-      const deadline = Date.now() + 30_000;
-      for (;;) {
-        const reply = await send(url, { path: '/orders', key: 'docs-1', body: { sku: 'tea' }, headers: { 'x-account-id': 'acct-1' } }).catch(() => undefined);
-        if (reply) {
-          expect(reply.status, reply.text).toBe(201);
-          break;
-        }
-        if (proc.child.exitCode !== null) throw new Error(`the example exited:\n${proc.output()}`);
-        if (Date.now() > deadline) throw new Error(`the example did not start listening:\n${proc.output()}`);
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
+      const url = server.url;
+      const first = await send(url, { path: '/orders', key: 'docs-1', body: { sku: 'tea' }, headers: { 'x-account-id': 'acct-1' } });
+      expect(first.status, first.text).toBe(201);
       const again = await send(url, { path: '/orders', key: 'docs-1', body: { sku: 'tea' }, headers: { 'x-account-id': 'acct-1' } });
       expect(again.status).toBe(201);
       expect(again.headers['idempotent-replayed']).toBe('true');
@@ -95,8 +70,8 @@ describe.skipIf(!available)('docs/transactions.md: the examples run as written',
       const { rows } = await db.query(`SELECT count(*)::int AS n FROM ${schema}.web_orders`);
       expect(rows[0].n).toBe(1);
     } finally {
-      proc.child.kill('SIGTERM');
-      await proc.exited;
+      server.stop();
+      await server.exited;
     }
   }, 60_000);
 });
