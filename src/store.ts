@@ -107,8 +107,9 @@ export interface IdempotencyStore {
   /**
    * One page of the live records (processing and completed), in an order that stays the
    * same between calls, with keys as the other methods receive them. Pass the page's
-   * `cursor` to get the next one; `undefined` means there is no more. A page holds at
-   * most `limit` records and may hold fewer (even none) before the end. A record written
+   * `cursor` to get the next one; `undefined` means there is no more. A page holds up to
+   * `limit` records (a store that cannot cut a page exactly, as Redis SCAN, may give a
+   * few more) and may hold fewer, even none, before the end. A record written
    * while scanning may or may not be listed; one live throughout is listed at least once.
    * Used by the command line's `reseal` (docs/cli.md#reseal).
    */
@@ -183,7 +184,7 @@ export interface StoreStats {
 export interface ScanOptions {
   /** Where the previous page ended (its `cursor`); undefined for the first page. */
   cursor?: string;
-  /** Most records in the page (a positive integer). */
+  /** Records wanted in the page (a positive integer; see {@link IdempotencyStore.scan}). */
   limit: number;
 }
 
