@@ -288,7 +288,7 @@ export type ResealOutcome =
 
 /**
  * Re-seal one completed record under the keyring's first key, for a key rotation
- * (docs/security.md#rotating-keys): a record sealed under another listed key is opened
+ * (docs/security.md#keys-and-rotation): a record sealed under another listed key is opened
  * and sealed again with the same storage key and fingerprint; one already under the
  * first key is skipped without being opened; one in clear is sealed only with
  * `encryptPlaintext`. Pure: the caller writes the result back (compare-and-set by token).
