@@ -19,6 +19,7 @@ import { isSealed, openRecord, resealRecord, resolveEncryption, sealedKeyId, typ
 import { idempotent } from '../../src/idempotent.js';
 import { storageKey } from '../../src/key.js';
 import type { CompletedRecord, IdempotencyStore } from '../../src/store.js';
+import { redisServerAvailable, startRedisCluster } from '../helpers/redis-cluster.js';
 import { MYSQL_URL, POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 
 const CLI = path.resolve('dist/cli.js');
@@ -204,6 +205,24 @@ const redisUp = await serviceAvailable('Redis', REDIS_URL);
 describe.skipIf(!redisUp)('redis', () => {
   const namespace = `ik-reseal-${randomUUID()}`;
   resealSuite('redis', async () => ({ store: createStore(REDIS_URL, { namespace }), reseal: cliReseal(['--store', REDIS_URL, '--namespace', namespace], dir) }));
+});
+
+// A Cluster: the scan visits each primary in turn, the cursor says which.
+const haveRedisServer = redisServerAvailable();
+if (!haveRedisServer) {
+  const message = 'redis-server / redis-cli are not installed: cannot start a Redis Cluster';
+  if (process.env.CI) throw new Error(`${message} (CI is set: store tests must run)`);
+  console.warn(`\n!!!!!!!! SKIPPING REDIS CLUSTER RESEAL TESTS: ${message} !!!!!!!!\n`);
+}
+describe.skipIf(!haveRedisServer)('redis cluster', () => {
+  let cluster: Awaited<ReturnType<typeof startRedisCluster>> | undefined;
+  beforeAll(async () => {
+    cluster = await startRedisCluster();
+  }, 60_000);
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+  resealSuite('redis cluster', async () => ({ store: createStore(cluster!.url), reseal: cliReseal([cluster!.url], dir) }));
 });
 
 const postgresUp = await serviceAvailable('PostgreSQL', POSTGRES_URL);
