@@ -84,7 +84,8 @@ export interface IdempotencyStore {
 
   // Maintenance, for operators and the `idempotency-kit` command line (docs/cli.md).
   // Optional so that a third-party store keeps working without them; every built-in
-  // driver has delete, stats and sweep (scan and replaceResponse: docs/writing-a-store.md). None of them is ever called while serving requests.
+  // driver has all five (scan and replaceResponse: docs/writing-a-store.md). None of
+  // them is ever called while serving requests.
 
   /**
    * Remove the record at `key` whatever its state or owner, so that the next request

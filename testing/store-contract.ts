@@ -301,7 +301,7 @@ export function storeContract(name: string, target: ContractTarget | undefined, 
         } while (cursor !== undefined);
         expect(Object.fromEntries(seen)).toEqual(Object.fromEntries([...done, ...running].map((k) => [k, 1])));
         expect(pages, 'five records of ours in pages of 4 take two pages at least').toBeGreaterThan(1);
-        await expect(store.scan({ limit: 0 }), 'limit 0').rejects.toThrow(TypeError);
+        await expect(store.scan({ limit: 0 }), 'limit 0').rejects.toMatchObject({ name: 'TypeError' });
       });
 
       it('replaceResponse swaps the response only of a live completed record whose token still holds; fingerprint and times stay', async () => {
