@@ -48,6 +48,8 @@ export interface ResealProgress {
 }
 
 const UNREADABLE_LISTED = 20;
+/** Writes in flight at once: well under every driver's default pool size. */
+const WRITES_AT_ONCE = 8;
 
 /** Re-seal every live completed record under the keyring's first key; resolves the totals. */
 export async function resealStore(store: IdempotencyStore, keyring: Keyring, options: ResealOptions): Promise<ResealProgress> {
@@ -70,6 +72,7 @@ export async function resealStore(store: IdempotencyStore, keyring: Keyring, opt
     const want = options.limit === undefined ? options.batch : Math.min(options.batch, options.limit - progress.visited);
     const cursor = progress.cursor;
     const page: ScanPage = await call('scan', () => store.scan!({ limit: want, ...(cursor === undefined ? {} : { cursor }) }));
+    const writes: Array<() => Promise<void>> = [];
     for (const { key, record } of page.records) {
       progress.visited++;
       if (record.state !== 'completed') {
@@ -85,9 +88,15 @@ export async function resealStore(store: IdempotencyStore, keyring: Keyring, opt
       } else if (options.dryRun) progress.resealed++;
       // Compare-and-set on the token the scan saw: a record completed again meanwhile
       // (under whatever key its writer has) is never overwritten with this older one.
-      else if (await call('replaceResponse', () => store.replaceResponse!(key, record.token, outcome.response))) progress.resealed++;
-      else progress.changed++;
+      else
+        writes.push(async () => {
+          if (await call('replaceResponse', () => store.replaceResponse!(key, record.token, outcome.response))) progress.resealed++;
+          else progress.changed++;
+        });
     }
+    // A few writes at a time (each one round trip and, on SQL, one commit); the page is
+    // finished before its cursor is reported, so a resume never skips a record.
+    for (let i = 0; i < writes.length; i += WRITES_AT_ONCE) await Promise.all(writes.slice(i, i + WRITES_AT_ONCE).map((write) => write()));
     progress.cursor = page.cursor;
     options.onBatch?.({ ...progress, unreadableRecords: [...progress.unreadableRecords] });
     if (progress.cursor === undefined || (options.limit !== undefined && progress.visited >= options.limit)) return progress;
