@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
- * `idempotency-kit`: inspect, purge, count and sweep stored records from a shell, on any
- * store URL. Exit codes and output are documented in docs/cli.md.
+ * `idempotency-kit`: inspect, purge, count, sweep and re-seal stored records from a shell,
+ * on any store URL. Exit codes and output are documented in docs/cli.md.
  * @module
  * @example
  * npx idempotency-kit inspect --store redis://127.0.0.1:6379 --key order-42 --scope tenant-7
@@ -15,6 +15,7 @@ import { isIdempotencyError } from '../src/errors.js';
 import { storageKey } from '../src/key.js';
 import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, StoreStats } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
+import { resealStore, type ResealProgress } from './reseal.js';
 
 /** Exit codes (docs/cli.md#exit-codes). */
 const EXIT = {
@@ -27,6 +28,8 @@ const EXIT = {
   storeUnavailable: 3,
   /** purge refused: the record is still processing and `--force` was not given. */
   refused: 4,
+  /** reseal: some records no listed key opens (left in place). */
+  unreadable: 5,
 } as const;
 
 const USAGE = `Usage: idempotency-kit <command> [options]
@@ -37,6 +40,8 @@ Commands:
                                 (a record still processing needs --force)
   stats                         records by state and the earliest expiry
   sweep                         delete expired records now
+  reseal [URL] --keys-file F    re-seal every live completed record under the first key
+                                (after a key rotation, before the old key is dropped)
 
 Options:
   --store URL        sqlite://…, redis[s]://…, redis+cluster://…, postgres://… (default: $IDEMPOTENCY_STORE)
@@ -45,11 +50,17 @@ Options:
   --progress         progress on stderr even when it is not a terminal
   --timeout MS       longest wait for the store, per call (default 5000)
   --force            purge a record that is still processing
-  --keys-file FILE   inspect: open encrypted records with these keys, a JSON array
+  --keys-file FILE   inspect, reseal: the encryption keys, a JSON array, the first one seals
                      [{ "id": "…", "key": "<base64 or hex>" }] (default: $IDEMPOTENCY_KEYS, the same JSON)
+  --batch N          reseal: records per store round (default 100)
+  --limit N          reseal: stop after about N records visited, printing where to resume
+  --from CURSOR      reseal: resume where a previous run stopped
+  --dry-run          reseal: count what would change, write nothing
+  --encrypt-plaintext  reseal: seal records stored in clear too (default: leave them)
   -h, --help         this text
 
-Exit codes: 0 ok, 1 not found, 2 usage or bad URL, 3 store unavailable, 4 purge refused.`;
+Exit codes: 0 ok, 1 not found, 2 usage or bad URL, 3 store unavailable, 4 purge refused,
+5 reseal left records no listed key opens.`;
 
 class UsageError extends Error {}
 class StoreError extends Error {}
@@ -78,6 +89,11 @@ function parse(argv: string[]) {
         timeout: { type: 'string' },
         force: { type: 'boolean', default: false },
         'keys-file': { type: 'string' },
+        batch: { type: 'string' },
+        limit: { type: 'string' },
+        from: { type: 'string' },
+        'dry-run': { type: 'boolean', default: false },
+        'encrypt-plaintext': { type: 'boolean', default: false },
         help: { type: 'boolean', short: 'h', default: false },
       },
     });
@@ -277,23 +293,32 @@ async function command(argv: string[], output: Output): Promise<number> {
     return EXIT.ok;
   }
   if (positionals.length === 0) {
-    if (values.json) throw new UsageError('no command: inspect, purge, stats or sweep');
+    if (values.json) throw new UsageError('no command: inspect, purge, stats, sweep or reseal');
     output.err(USAGE + '\n');
     return EXIT.usage;
   }
   const [name, ...extra] = positionals;
+  // reseal takes the store URL as its argument too (`reseal <store-url>`).
+  const positionalUrl = name === 'reseal' && extra.length > 0 ? extra.shift() : undefined;
   if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`);
-  if (!['inspect', 'purge', 'stats', 'sweep'].includes(name!)) throw new UsageError(`unknown command ${JSON.stringify(name)}`);
+  if (!['inspect', 'purge', 'stats', 'sweep', 'reseal'].includes(name!)) throw new UsageError(`unknown command ${JSON.stringify(name)}`);
+  if (positionalUrl !== undefined && values.store !== undefined) throw new UsageError('give the store once: as the argument or as --store');
+  if (name !== 'reseal') {
+    const only = (['batch', 'limit', 'from', 'dry-run', 'encrypt-plaintext'] as const).find((option) => values[option] !== undefined && values[option] !== false);
+    if (only) throw new UsageError(`--${only} is for reseal only`);
+  }
+  const reseal = name === 'reseal' ? resealOptions(values) : undefined;
   const needsKey = name === 'inspect' || name === 'purge';
   if (needsKey && (values.key === undefined || values.key === '')) throw new UsageError(`${name} needs --key`);
   if (!needsKey && (values.key !== undefined || values.scope !== undefined)) throw new UsageError(`${name} takes no --key or --scope`);
   const timeoutMs = values.timeout === undefined ? 5000 : Number(values.timeout);
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new UsageError(`--timeout must be a positive integer (ms), got ${JSON.stringify(values.timeout)}`);
-  const url = values.store ?? process.env.IDEMPOTENCY_STORE;
+  const url = positionalUrl ?? values.store ?? process.env.IDEMPOTENCY_STORE;
   if (url === undefined || url === '') throw new UsageError('no store: pass --store URL or set IDEMPOTENCY_STORE');
 
-  if (values['keys-file'] !== undefined && name !== 'inspect') throw new UsageError(`${name} takes no --keys-file`);
-  const keyring = name === 'inspect' ? loadKeys(values['keys-file']) : undefined;
+  if (values['keys-file'] !== undefined && name !== 'inspect' && name !== 'reseal') throw new UsageError(`${name} takes no --keys-file`);
+  const keyring = name === 'inspect' || name === 'reseal' ? loadKeys(values['keys-file']) : undefined;
+  if (name === 'reseal' && !keyring) throw new UsageError('reseal needs the encryption keys: --keys-file FILE or $IDEMPOTENCY_KEYS, the new key first');
   output.progress = values.progress || process.stderr.isTTY === true;
   const store = openStore(url, values.namespace, timeoutMs);
   try {
@@ -328,6 +353,8 @@ async function command(argv: string[], output: Output): Promise<number> {
         }
         return EXIT.ok;
       }
+      case 'reseal':
+        return await runReseal(output, store, keyring!, reseal!, timeoutMs);
       case 'stats': {
         const onProgress = progressReporter(output, 'records visited');
         const stats = await storeCall('stats', timeoutMs, () => requireMethod(store, 'stats').stats!(onProgress ? { onProgress } : {}));
@@ -346,6 +373,99 @@ async function command(argv: string[], output: Output): Promise<number> {
   } finally {
     await withTimeout(store.close(), 2000, 'close').catch(() => undefined);
   }
+}
+
+/** The reseal options, checked. */
+function resealOptions(values: { batch?: string; limit?: string; from?: string; 'dry-run'?: boolean; 'encrypt-plaintext'?: boolean }) {
+  const count = (option: 'batch' | 'limit', fallback: number | undefined, max: number) => {
+    const text = values[option];
+    if (text === undefined) return fallback;
+    const n = Number(text);
+    if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < 1 || n > max) throw new UsageError(`--${option} must be an integer from 1 to ${max}, got ${JSON.stringify(text)}`);
+    return n;
+  };
+  if (values.from === '') throw new UsageError('--from needs the cursor a previous reseal printed');
+  return {
+    batch: count('batch', 100, 10_000)!,
+    limit: count('limit', undefined, Number.MAX_SAFE_INTEGER),
+    from: values.from,
+    dryRun: values['dry-run'] === true,
+    encryptPlaintext: values['encrypt-plaintext'] === true,
+  };
+}
+
+async function runReseal(output: Output, store: IdempotencyStore, keyring: Keyring, options: ReturnType<typeof resealOptions>, timeoutMs: number): Promise<number> {
+  const missing = (['scan', 'replaceResponse'] as const).filter((method) => typeof store[method] !== 'function');
+  if (missing.length > 0) throw new UsageError(`the ${store.name} store does not support reseal (it lacks ${missing.join(' and ')}; see docs/writing-a-store.md)`);
+  const tty = process.stderr.isTTY === true;
+  let last: ResealProgress | undefined;
+  let shownAt = 0;
+  const line = (p: ResealProgress) =>
+    `${options.dryRun ? 'would reseal' : 'resealed'} ${p.resealed}, current ${p.current}, unreadable ${p.unreadable} of ${p.visited} visited${p.cursor === undefined ? '' : `; cursor ${p.cursor}`}`;
+  let result: ResealProgress;
+  try {
+    result = await resealStore(store, keyring, {
+      ...options,
+      call: async (what, run) => {
+        try {
+          return await storeCall(what, timeoutMs, run);
+        } catch (error) {
+          // A cursor the store does not know is the caller's mistake, not the store's.
+          if (what === 'scan' && (error as Error).cause instanceof TypeError) throw new UsageError(`--from: ${((error as Error).cause as Error).message}`);
+          throw error;
+        }
+      },
+      onBatch: (p) => {
+        last = p;
+        if (!output.progress) return;
+        const now = Date.now();
+        if (now - shownAt < 200 && p.cursor !== undefined) return;
+        shownAt = now;
+        output.err(tty ? `\r${line(p)}` : `${line(p)}\n`);
+      },
+    });
+  } catch (error) {
+    if (output.progress && tty && last) output.err('\n');
+    // Everything before the last cursor is done: say where to go on.
+    const from = last?.cursor ?? options.from;
+    if (error instanceof StoreError && from !== undefined) {
+      throw new StoreError(`${error.message}. ${last ? `${last.resealed} resealed so far; ` : ''}resume with --from ${from}`, { cause: error });
+    }
+    throw error;
+  }
+  if (output.progress && tty) output.err('\n');
+  const key = keyring.sealingKeyId;
+  const unreadableMessage =
+    result.unreadable === 0
+      ? undefined
+      : `${result.unreadable} record${result.unreadable === 1 ? '' : 's'} no listed key opens ${result.unreadable === 1 ? 'was' : 'were'} left in place (never deleted): add the key they name to the keys and reseal again, or keep the old key until they expire`;
+  if (output.json) {
+    output.out(
+      JSON.stringify({
+        sealingKeyId: key,
+        dryRun: options.dryRun,
+        ...result,
+        cursor: result.cursor ?? null,
+        done: result.cursor === undefined,
+        ...(unreadableMessage ? { error: { code: 'unreadable', message: unreadableMessage } } : {}),
+      }) + '\n',
+    );
+  } else {
+    const lines: [string, string][] = [
+      ['visited', `${result.visited} live record${result.visited === 1 ? '' : 's'}`],
+      [options.dryRun ? 'would reseal' : 'resealed', `${result.resealed}${options.dryRun ? ' (dry run: nothing written)' : ''} under key ${key}`],
+      ['current', `${result.current} (already under key ${key})`],
+      ['plaintext', `${result.plaintext}${result.plaintext > 0 && !options.encryptPlaintext ? ' (left in clear: --encrypt-plaintext seals them)' : ''}`],
+      ['processing', `${result.processing}${result.processing > 0 ? ' (still running: sealed under the first key of the app when they complete)' : ''}`],
+      ['changed', `${result.changed}${result.changed > 0 ? ' (changed meanwhile: left as they are now)' : ''}`],
+      ['unreadable', `${result.unreadable}${result.unreadable > 0 ? ' (no listed key opens them: left in place)' : ''}`],
+    ];
+    for (const record of result.unreadableRecords) lines.push(['', `${record.key}  key ${record.keyId ?? '(none)'}  ${record.reason}`]);
+    output.out(lines.map(([label, value]) => `${label.padEnd(12)} ${value}`).join('\n') + '\n');
+    output.out(result.cursor === undefined ? 'done: every live record visited\n' : `stopped at --limit: resume with --from ${result.cursor}\n`);
+    if (unreadableMessage) output.err(`idempotency-kit: ${unreadableMessage}\n`);
+  }
+  return unreadableMessage ? EXIT.unreadable : EXIT.ok;
 }
 
 function requireMethod(store: IdempotencyStore, method: 'delete' | 'stats' | 'sweep'): IdempotencyStore {

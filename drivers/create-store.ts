@@ -6,7 +6,7 @@
  * @example
  * const store = createStore(process.env.IDEMPOTENCY_STORE ?? 'sqlite://./.data/idempotency.sqlite');
  */
-import type { ClaimContext, ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, SettleListener, StoredResponse } from '../src/store.js';
+import type { ClaimContext, ClaimRequest, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, ScanOptions, SettleListener, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
 import { refuseKv } from './cloudflare-bindings.js';
 import { DRIVERS, driverForAdapter, driverForBinding, driverForScheme, type RegisteredDriver } from './registry.js';
@@ -69,7 +69,7 @@ async function importDriver<T>(driver: RegisteredDriver, load: () => Promise<T>)
   }
 }
 
-function maintained(store: IdempotencyStore, method: 'delete' | 'stats' | 'sweep'): IdempotencyStore {
+function maintained(store: IdempotencyStore, method: 'delete' | 'stats' | 'sweep' | 'scan' | 'replaceResponse'): IdempotencyStore {
   if (typeof store[method] !== 'function') throw new Error(`idempotency-kit: the ${store.name} store has no ${method}()`);
   return store;
 }
@@ -105,6 +105,9 @@ function lazyStore(driver: RegisteredDriver, options: Record<string, unknown>): 
     delete: async (key: string) => maintained(await store(), 'delete').delete!(key),
     stats: async (options?: MaintenanceOptions) => maintained(await store(), 'stats').stats!(options),
     sweep: async (options?: MaintenanceOptions) => maintained(await store(), 'sweep').sweep!(options),
+    scan: async (options: ScanOptions) => maintained(await store(), 'scan').scan!(options),
+    replaceResponse: async (key: string, token: string, response: StoredResponse) =>
+      maintained(await store(), 'replaceResponse').replaceResponse!(key, token, response),
     // Wake-ups for waiting duplicates, once the driver is loaded (if it offers them).
     subscribe: (listener: SettleListener) => {
       let detach: (() => void) | undefined;

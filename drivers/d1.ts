@@ -15,7 +15,7 @@
 import type { IdempotencyStore } from '../src/store.js';
 import { fitsInRow, isD1Database, isDurableObjectNamespace, refuseKv, type D1DatabaseLike, type D1StatementLike } from './cloudflare-bindings.js';
 import { withTimeout } from '../src/timers.js';
-import { checkSqlOptions, sqlStore, type SqlRow, type StatsGroup } from './sql-store.js';
+import { checkSqlOptions, sqlStore, type SqlRow, type SqlScanRow, type StatsGroup } from './sql-store.js';
 import { sqliteRecordsSchema } from './utils.js';
 
 export interface D1StoreOptions {
@@ -99,6 +99,8 @@ RETURNING ${COLUMNS}`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + ?3 WHERE ${OWNED}`;
   const SWEEP = `DELETE FROM ${quoted} WHERE key IN (SELECT key FROM ${quoted} WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ?1)`;
   const DELETE = `DELETE FROM ${quoted} WHERE key = ?1`;
+  const SCAN = `SELECT key, ${COLUMNS} FROM ${quoted} WHERE key > ?1 AND expires_at > ${NOW} ORDER BY key LIMIT ?2`;
+  const REPLACE_RESPONSE = `UPDATE ${quoted} SET status = ?3, headers = ?4, body = ?5 WHERE key = ?1 AND token = ?2 AND state = 'completed' AND expires_at > ${NOW}`;
   const STATS = `SELECT CASE WHEN expires_at <= ${NOW} THEN 'expired' ELSE state END AS state, count(*) AS n, min(expires_at) AS oldest FROM ${quoted} GROUP BY 1`;
 
   const statement = (sql: string, ...values: unknown[]): D1StatementLike => database.prepare(sql).bind(...values);
@@ -155,6 +157,13 @@ RETURNING ${COLUMNS}`;
       sweep: async (limit) => (await run(() => statement(SWEEP, limit).run())).meta?.changes ?? 0,
       delete: (key) => changed(DELETE, key),
       stats: async () => (await rows(STATS)) as unknown as StatsGroup[],
+      scan: async (after, limit) => (await rows(SCAN, after, limit)) as SqlScanRow[],
+      replaceResponse: (key, token, response) => {
+        // complete() keeps an oversized response without its body; here the record already
+        // replays, so one that would no longer fit is refused instead.
+        if (!fitsInRow(response.body, response.headers)) return Promise.reject(new Error('idempotency-kit: the new response does not fit a D1 row'));
+        return changed(REPLACE_RESPONSE, key, token, response.status, response.headers, blob(response.body));
+      },
       // The binding is the Worker's: nothing of ours to close.
       async close() {},
     },

@@ -6,12 +6,12 @@
  * that runs in another isolate reads the record again with backoff.
  * @module
  */
-import type { ClaimRequest, ClaimResult, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, StoredResponse } from '../src/store.js';
+import type { ClaimRequest, ClaimResult, IdempotencyRecord, IdempotencyStore, MaintenanceOptions, ScanOptions, ScanPage, StoredResponse } from '../src/store.js';
 import { assertInteger } from '../src/validate.js';
 import { isD1Database, isDurableObjectNamespace, refuseKv, type DurableObjectNamespaceLike } from './cloudflare-bindings.js';
 import { withTimeout } from '../src/timers.js';
 import { statsFromGroups, type StatsGroup } from './sql-store.js';
-import { sqlKey } from './utils.js';
+import { checkScanOptions, sqlKey } from './utils.js';
 
 export interface DurableObjectStoreOptions {
   /**
@@ -54,6 +54,8 @@ interface ObjectStub {
   extend(key: string, token: string, leaseMs: number): Promise<boolean>;
   remove(key: string): Promise<boolean>;
   stats(): Promise<StatsGroup[]>;
+  scan(after: string, limit: number): Promise<Array<{ key: string; record: IdempotencyRecord }>>;
+  replaceResponse(key: string, token: string, response: StoredResponse): Promise<boolean>;
   sweep(limit: number): Promise<number>;
 }
 
@@ -140,6 +142,22 @@ export function durableObjectStore(options: DurableObjectStoreOptions): Idempote
     },
     delete: (key: string) => on(key, (stub, k) => stub.remove(k), false),
     stats: async (opts?: MaintenanceOptions) => statsFromGroups((await everyObject((stub) => stub.stats())).flat(), opts),
+    async scan(opts: ScanOptions): Promise<ScanPage> {
+      // The cursor is `<object index>:<last key seen there>`: one object at a time, by key.
+      const { cursor, limit } = checkScanOptions(opts);
+      const at = cursor === undefined ? ['0', ''] : /^(\d+):([A-Za-z0-9_~-]*)$/.exec(cursor)?.slice(1);
+      if (!at || Number(at[0]) >= objects) {
+        throw new TypeError(`Expected \`cursor\` to be a cursor a previous scan of this store returned, got ${JSON.stringify(cursor)}`);
+      }
+      const index = Number(at[0]);
+      const rows = await call(index, (stub) => stub.scan(at[1]!, limit), true);
+      // A key kept as `~` and a hash (not one the engine made) cannot be given back as written.
+      const records = rows.filter((row) => !row.key.startsWith('~'));
+      if (rows.length === limit) return { records, cursor: `${index}:${rows.at(-1)!.key}` };
+      return { records, cursor: index + 1 < objects ? `${index + 1}:` : undefined };
+    },
+    replaceResponse: (key: string, token: string, response: StoredResponse) =>
+      on(key, (stub, k) => stub.replaceResponse(k, token, { status: response.status, headers: response.headers, body: response.body }), false),
     async sweep(opts: MaintenanceOptions = {}) {
       // Each object in batches of 1000, one call (and one time bound) per batch.
       let deleted = 0;

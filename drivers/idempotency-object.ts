@@ -208,6 +208,35 @@ export class IdempotencyObject extends DurableObject {
     return this.#rows(`DELETE FROM ${TABLE} WHERE key = ? RETURNING 1 AS n`, key).length === 1;
   }
 
+  /** Maintenance: up to `limit` live records with a key after `after` ('' for the first), by key. */
+  scan(after: string, limit: number): Array<{ key: string; record: IdempotencyRecord }> {
+    if (typeof after !== 'string') throw new TypeError(`Expected \`after\` to be a string, got ${typeof after}`);
+    checkMs('limit', limit);
+    return this.#rows(`SELECT key, ${COLUMNS} FROM ${TABLE} WHERE key > ? AND expires_at > ? ORDER BY key LIMIT ?`, after, Date.now(), limit).map((row) => ({
+      key: row.key as string,
+      record: recordOf(row),
+    }));
+  }
+
+  /** Maintenance: replace the response of the live completed record, only while it has `token`; fingerprint and times stay. */
+  replaceResponse(key: string, token: string, response: StoredResponse): boolean {
+    checkKey(key);
+    const headers = JSON.stringify(response.headers);
+    // complete() keeps an oversized response without its body; this record already replays.
+    if (!fitsInRow(response.body, headers)) throw new Error('idempotency-kit: the new response does not fit a Durable Object row');
+    return (
+      this.#rows(
+        `UPDATE ${TABLE} SET status = ?, headers = ?, body = ? WHERE key = ? AND token = ? AND state = 'completed' AND expires_at > ? RETURNING 1 AS n`,
+        response.status,
+        headers,
+        blob(response.body),
+        key,
+        token,
+        Date.now(),
+      ).length === 1
+    );
+  }
+
   /** Maintenance: records by state ('expired' past their end), with the earliest end. */
   stats(): StatsGroup[] {
     return this.#rows(

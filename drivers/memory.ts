@@ -14,11 +14,13 @@ import type {
   IdempotencyRecord,
   IdempotencyStore,
   MaintenanceOptions,
+  ScanOptions,
+  ScanPage,
   StoreStats,
   StoredResponse,
 } from '../src/store.js';
 import { assertFunction, assertInteger } from '../src/validate.js';
-import { isLive, refuseMemoryInProduction } from './utils.js';
+import { checkScanOptions, isLive, refuseMemoryInProduction } from './utils.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -306,6 +308,38 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
       const deleted = sweep();
       options.onProgress?.(deleted);
       return deleted;
+    },
+    async scan(options: ScanOptions): Promise<ScanPage> {
+      const { cursor, limit } = checkScanOptions(options);
+      // In key order, after the cursor (a key): stable whatever is added or removed meanwhile.
+      // O(n log n) per page, fine for the sizes a memory store holds.
+      const t = now();
+      const keys: string[] = [];
+      for (const [key, record] of records) if ((cursor === undefined || key > cursor) && isLive(record, t)) keys.push(key);
+      keys.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+      const page = keys.slice(0, limit);
+      return {
+        records: page.map((key) => ({ key, record: records.get(key)! })),
+        cursor: keys.length > limit ? page.at(-1) : undefined,
+      };
+    },
+    async replaceResponse(key: string, token: string, response: StoredResponse) {
+      const record = live(key);
+      if (record?.state !== 'completed' || record.token !== token) return false;
+      const replaced: StoredResponse = {
+        status: response.status,
+        headers: copyHeaders(response.headers),
+        body: response.body === null ? null : new Uint8Array(response.body),
+      };
+      // The same record object (the eviction queue knows the record by identity), with its
+      // bytes counted anew.
+      const delta = recordBytes(replaced) - recordBytes(record.response);
+      record.response = replaced;
+      completedBytes += delta;
+      const partition = partitionOf.get(key);
+      if (partition) partition.bytes += delta;
+      while (completedBytes > maxBytes && completedCount > 1) evictOldestCompleted('bytes');
+      return true;
     },
   };
 }

@@ -16,7 +16,7 @@ import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import { assertDriverUrl } from './definition.js';
 import { mysqlDriver } from './mysql-definition.js';
-import { checkSqlOptions, sqlStore, type SqlRow, type StatsGroup } from './sql-store.js';
+import { checkSqlOptions, sqlStore, type SqlRow, type SqlScanRow, type StatsGroup } from './sql-store.js';
 import { adapterFrom, assertOneSource, requireVia } from './utils.js';
 
 export interface MysqlStoreOptions {
@@ -237,6 +237,16 @@ ON DUPLICATE KEY UPDATE
           `SELECT CASE WHEN ${EXPIRED} THEN 'expired' ELSE state END AS state, count(*) AS n, min(expires_at) AS oldest FROM ${quoted} GROUP BY 1`,
           [],
         )) as unknown as StatsGroup[],
+      scan: async (after, limit) =>
+        (await run(`SELECT \`key\`, ${COLUMNS} FROM ${quoted} WHERE \`key\` > ? AND expires_at > ${NOW} ORDER BY \`key\` LIMIT ?`, [
+          after,
+          limit,
+        ])) as unknown as SqlScanRow[],
+      replaceResponse: (key, token, response) =>
+        changed(
+          `UPDATE ${quoted} SET status = ?, headers = ?, body = ? WHERE \`key\` = ? AND token = ? AND state = 'completed' AND expires_at > ${NOW}`,
+          [response.status, response.headers, response.body, key, token],
+        ),
       close: async () => {
         await end?.();
       },

@@ -25,7 +25,7 @@ import {
 import { assertDriverUrl } from './definition.js';
 import { postgresDriver } from './postgres-definition.js';
 import { decodeRecord } from './record-json.js';
-import { checkSqlOptions, sqlStore, type SqlRow, type StatsGroup } from './sql-store.js';
+import { checkSqlOptions, sqlStore, type SqlRow, type SqlScanRow, type StatsGroup } from './sql-store.js';
 import { adapterFrom, assertOneSource, bodyBuffer, reconnectingFeed, requireVia, sqlKey } from './utils.js';
 
 export type { ClientOf, IsolationLevel, PostgresClient, PostgresPool, PostgresTransactionOptions } from './postgres-transaction.js';
@@ -376,6 +376,15 @@ SELECT count(*)::int AS n FROM swept`;
 FROM ${quoted} GROUP BY 1`,
           [],
         )) as unknown as StatsGroup[],
+      scan: async (after, limit) =>
+        (await exec(`SELECT key, ${COLUMNS} FROM ${quoted} WHERE key > $1 AND expires_at > ${NOW} ORDER BY key LIMIT $2`, [after, limit])) as unknown as SqlScanRow[],
+      replaceResponse: async (key, token, response) =>
+        (
+          await exec(
+            `UPDATE ${quoted} SET status = $3, headers = $4::jsonb, body = $5 WHERE key = $1 AND token = $2 AND state = 'completed' AND expires_at > ${NOW} RETURNING 1 AS n`,
+            [key, token, response.status, response.headers, response.body],
+          )
+        ).length === 1,
       close: async () => {
         closed = true;
         await feed?.close();

@@ -17,6 +17,8 @@ import type {
   IdempotencyStore,
   MaintenanceOptions,
   ProcessingRecord,
+  ScanOptions,
+  ScanPage,
   StoreStats,
   SettleListener,
   StoredResponse,
@@ -25,7 +27,7 @@ import { withTimeout } from '../src/timers.js';
 import { assertDriverUrl } from './definition.js';
 import { redisDriver } from './redis-definition.js';
 import { decodeRecord, encodeRecord, encodeResponse } from './record-json.js';
-import { adapterFrom, isLive, reconnectingFeed } from './utils.js';
+import { adapterFrom, checkScanOptions, isLive, reconnectingFeed } from './utils.js';
 import { assertInteger } from '../src/validate.js';
 import { isRedisClusterUrl, isRedisSentinelUrl, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
 
@@ -101,6 +103,9 @@ interface ScriptClient {
   del?(key: string): Promise<number>;
   scan?(cursor: string, options: { MATCH: string; COUNT: number }): Promise<{ cursor: string | number; keys: string[] }>;
   mGet?(keys: string[]): Promise<(string | null)[]>;
+  /** Cluster only: its primaries, and the client of one (for SCAN, which sees one node). */
+  masters?: unknown[];
+  nodeClient?(node: unknown): Promise<ScriptClient> | ScriptClient;
   /** A new client with the same options (plain, cluster or sentinel): the wake-up subscriber. */
   duplicate?(): SubscriberClient;
 }
@@ -172,6 +177,22 @@ return 1
 const EXTEND = new Script(`${OWNED}
 redis.call('SET', KEYS[1], '{"s":"p","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
   .. ',"c":' .. string.format('%.0f', record.c) .. ',"l":' .. ARGV[3] .. '}', 'PX', ARGV[2])
+return 1
+`);
+
+/**
+ * ARGV: token, response JSON. Replaces the response of the completed record while it has
+ * `token`; fingerprint, times and the remaining expiry stay.
+ */
+const REPLACE_RESPONSE = new Script(`
+local current = redis.call('GET', KEYS[1])
+if not current then return 0 end
+local record = cjson.decode(current)
+if record.s ~= 'c' or record.t ~= ARGV[1] then return 0 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl <= 0 then return 0 end
+redis.call('SET', KEYS[1], '{"s":"c","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
+  .. ',"c":' .. string.format('%.0f', record.c) .. ',"e":' .. string.format('%.0f', record.e) .. ',"r":' .. ARGV[2] .. '}', 'PX', ttl)
 return 1
 `);
 
@@ -506,6 +527,47 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
         options.onProgress?.(visited);
       } while (cursor !== '0');
       return stats;
+    },
+    async scan(options: ScanOptions): Promise<ScanPage> {
+      // The cursor is `<node>:<SCAN cursor>`: node 0 on one server; on a Cluster each
+      // primary in turn, by its index in the client's list of primaries (a failover or
+      // resharding during a long scan may list a record twice or miss one: run again).
+      const { cursor, limit } = checkScanOptions(options);
+      const at = cursor === undefined ? ['0', '0'] : /^(\d+):(\d+)$/.exec(cursor)?.slice(1);
+      if (!at) throw new TypeError(`Expected \`cursor\` to be a cursor a previous Redis scan returned, got ${JSON.stringify(cursor)}`);
+      let node = Number(at[0]);
+      let scanCursor = at[1]!;
+      const masters = cluster ? await run('connect', async () => client.masters ?? []) : [undefined];
+      if (cluster && (typeof client.nodeClient !== 'function' || masters.length === 0)) throw new Error('idempotency-kit: this Redis cluster client lists no primaries to scan');
+      if (node >= masters.length) throw new TypeError(`Expected \`cursor\` to name one of the ${masters.length} Redis primaries, got ${JSON.stringify(cursor)}`);
+      const scanner = cluster ? await run('connect', async () => client.nodeClient!(masters[node])) : client;
+      if (typeof scanner.scan !== 'function') throw new Error('idempotency-kit: this Redis client cannot SCAN');
+      const match = `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`;
+      const page = await run('SCAN', () => scanner.scan!(scanCursor, { MATCH: match, COUNT: limit }));
+      scanCursor = String(page.cursor);
+      // A Cluster refuses MGET across slots: one GET per key there (in parallel).
+      const values =
+        page.keys.length === 0
+          ? []
+          : cluster || typeof client.mGet !== 'function'
+            ? await Promise.all(page.keys.map((id) => run('GET', () => client.get(id))))
+            : await run('MGET', () => client.mGet!(page.keys));
+      const t = Date.now();
+      const records: ScanPage['records'] = [];
+      page.keys.forEach((id, i) => {
+        const value = values[i];
+        if (value === null || value === undefined) return; // expired or deleted since the SCAN
+        const record = decodeRecord(String(value));
+        if (isLive(record, t)) records.push({ key: id.slice(prefix.length), record });
+      });
+      if (scanCursor === '0') {
+        node++;
+        if (node >= masters.length) return { records, cursor: undefined };
+      }
+      return { records, cursor: `${node}:${scanCursor}` };
+    },
+    async replaceResponse(key: string, token: string, response: StoredResponse) {
+      return (await evalScript(REPLACE_RESPONSE, redisKey(key), [token, encodeResponse(response)])) === 1;
     },
     async sweep(options: MaintenanceOptions = {}) {
       // Records carry a Redis expiry (PX): Redis removes them itself.

@@ -13,12 +13,14 @@ import type {
   IdempotencyStore,
   MaintenanceOptions,
   ProcessingRecord,
+  ScanOptions,
+  ScanPage,
   StoreStats,
   StoredResponse,
 } from '../src/store.js';
 import { startSweeper } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
-import { assertTableName, bodyBuffer, claimUntilSettled, sqlKey, sweepInBatches } from './utils.js';
+import { assertTableName, bodyBuffer, checkScanOptions, claimUntilSettled, sqlKey, sweepInBatches } from './utils.js';
 
 /** A record as the SQL drivers store it: one row, one column per field. */
 export interface SqlRecordRow {
@@ -98,8 +100,29 @@ export interface SqlDialect {
   delete?(key: string): Promise<boolean>;
   /** Maintenance: `SELECT <state, or 'expired' past expires_at>, count(*), min(expires_at) … GROUP BY 1`. */
   stats?(): Promise<StatsGroup[]>;
+  /**
+   * Maintenance: up to `limit` live rows with a key after `after` ('' for the first), by
+   * key: `SELECT key, … WHERE key > ? AND expires_at > <now> ORDER BY key LIMIT ?`.
+   */
+  scan?(after: string, limit: number): Promise<SqlScanRow[]>;
+  /**
+   * Maintenance: `UPDATE … SET status, headers, body WHERE key = ? AND token = ? AND
+   * state = 'completed' AND expires_at > <now>`; whether it changed the row.
+   */
+  replaceResponse?(key: string, token: string, response: SqlResponse): Promise<boolean>;
   /** Optional wake-ups for waiting duplicates (see `IdempotencyStore.subscribe`). */
   subscribe?: IdempotencyStore['subscribe'];
+}
+
+/** A row as a scan reads it: with its key (text, or the bytes of MySQL's binary column). */
+export type SqlScanRow = SqlRow & { key: string | Uint8Array };
+
+/** A response as the dialects bind it (`replaceResponse`). */
+export interface SqlResponse {
+  status: number;
+  /** The headers as JSON text. */
+  headers: string;
+  body: Buffer | null;
 }
 
 /** One row of `SELECT <state or 'expired'>, count(*), min(expires_at) … GROUP BY 1`. */
@@ -237,6 +260,41 @@ export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): Idempot
     // Maintenance (docs/cli.md): delete and stats when the dialect has them, sweep always.
     ...(dialect.delete ? { delete: (key: string) => run(() => dialect.delete!(sqlKey(key))) } : {}),
     ...(dialect.stats ? { stats: async (opts?: MaintenanceOptions) => statsFromGroups(await run(() => dialect.stats!()), opts) } : {}),
+    ...(dialect.scan
+      ? {
+          async scan(opts: ScanOptions): Promise<ScanPage> {
+            const { cursor, limit } = checkScanOptions(opts);
+            const rows = await run(() => dialect.scan!(cursor ?? '', limit));
+            const records: ScanPage['records'] = [];
+            for (const row of rows) {
+              const key = typeof row.key === 'string' ? row.key : Buffer.from(row.key).toString('latin1');
+              // A key stored as `~` and a hash (one not made by the engine) cannot be given
+              // back as the caller wrote it: such rows are passed over.
+              if (!key.startsWith('~')) records.push({ key, record: toRecord(row) });
+            }
+            const last = rows.at(-1)?.key;
+            return {
+              records,
+              cursor: rows.length < limit || last === undefined ? undefined : typeof last === 'string' ? last : Buffer.from(last).toString('latin1'),
+            };
+          },
+        }
+      : {}),
+    ...(dialect.replaceResponse
+      ? {
+          replaceResponse(key: string, token: string, response: StoredResponse): Promise<boolean> {
+            const k = keyOf(key);
+            if (typeof k !== 'string') return k;
+            let bound: SqlResponse;
+            try {
+              bound = { status: response.status, headers: JSON.stringify(response.headers), body: bodyBuffer(response.body) };
+            } catch (error) {
+              return Promise.reject(error);
+            }
+            return run(() => dialect.replaceResponse!(k, token, bound));
+          },
+        }
+      : {}),
     async sweep(opts: MaintenanceOptions = {}) {
       // Every expired row, in the store's batches, with progress after each.
       let deleted = 0;

@@ -19,7 +19,7 @@ import sqlite3 from 'sqlite3';
 import type { IdempotencyStore } from '../src/store.js';
 import { assertDriverUrl } from './definition.js';
 import { sqliteDriver } from './sqlite-definition.js';
-import { checkSqlOptions, sqlStore, type SqlRow, type StatsGroup } from './sql-store.js';
+import { checkSqlOptions, sqlStore, type SqlRow, type SqlScanRow, type StatsGroup } from './sql-store.js';
 import { adapterFrom, assertOneSource, sqliteRecordsSchema } from './utils.js';
 
 export interface SqliteStoreOptions {
@@ -318,6 +318,13 @@ RETURNING key`;
 FROM ${quoted} GROUP BY 1`,
           [Date.now()],
         )) as unknown as StatsGroup[],
+      scan: async (after, limit) =>
+        (await exec(`SELECT key, ${COLUMNS} FROM ${quoted} WHERE key > ? AND expires_at > ? ORDER BY key LIMIT ?`, [after, Date.now(), limit])) as SqlScanRow[],
+      replaceResponse: (key, token, response) =>
+        changed(
+          `UPDATE ${quoted} SET status = ?, headers = ?, body = ? WHERE key = ? AND token = ? AND state = 'completed' AND expires_at > ? RETURNING 1 AS n`,
+          [response.status, response.headers, response.body, key, token, Date.now()],
+        ),
       async close() {
         if (owned && opening) {
           await opening.catch(() => undefined);

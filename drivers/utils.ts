@@ -320,3 +320,14 @@ export function refuseMemoryInProduction(allowInProduction: unknown): void {
   (error as Error & { code: string }).code = 'IDEMPOTENCY_MEMORY_IN_PRODUCTION';
   throw error;
 }
+
+/** The scan options checked (precise TypeErrors), for every driver's `scan`. */
+export function checkScanOptions(options: unknown): { cursor: string | undefined; limit: number } {
+  if (typeof options !== 'object' || options === null) throw new TypeError(`Expected the scan options to be an object { cursor?, limit }, got ${options === null ? 'null' : typeof options}`);
+  const { cursor, limit } = options as { cursor?: unknown; limit?: unknown };
+  if (!Number.isInteger(limit) || (limit as number) < 1) throw new TypeError(`Expected \`limit\` to be a positive integer, got ${JSON.stringify(limit)}`);
+  if (cursor !== undefined && (typeof cursor !== 'string' || cursor === '')) {
+    throw new TypeError(`Expected \`cursor\` to be a cursor a previous scan returned, got ${JSON.stringify(cursor)}`);
+  }
+  return { cursor: cursor as string | undefined, limit: limit as number };
+}

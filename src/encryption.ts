@@ -274,3 +274,39 @@ function keyBytes(key: unknown, at: string, id: string): Buffer {
   // Never echo the string: it may be (most of) a key.
   throw new TypeError(`${expected}, got a string of ${key.length} characters that is neither`);
 }
+
+/** What {@link resealRecord} made of one completed record. */
+export type ResealOutcome =
+  /** Sealed under the first key now: store `response` in place of the old one. */
+  | { action: 'reseal'; response: StoredResponse; from: string | null }
+  /** Already sealed under the first key: nothing to do (not opened). */
+  | { action: 'current' }
+  /** Stored in clear and `encryptPlaintext` not asked for: left as it is. */
+  | { action: 'plaintext' }
+  /** No listed key opens it: left as it is, never deleted. */
+  | { action: 'unreadable'; keyId: string | undefined; reason: RecordUnreadableError['reason'] };
+
+/**
+ * Re-seal one completed record under the keyring's first key, for a key rotation
+ * (docs/security.md#keys-and-rotation): a record sealed under another listed key is opened
+ * and sealed again with the same storage key and fingerprint; one already under the
+ * first key is skipped without being opened; one in clear is sealed only with
+ * `encryptPlaintext`. Pure: the caller writes the result back (compare-and-set by token).
+ */
+export function resealRecord(record: CompletedRecord, storageKey: string, keyring: Keyring, options: { encryptPlaintext?: boolean } = {}): ResealOutcome {
+  const { response } = record;
+  if (!isSealed(response)) {
+    if (!options.encryptPlaintext) return { action: 'plaintext' };
+    return { action: 'reseal', response: keyring.seal(response, storageKey, record.fingerprint), from: null };
+  }
+  const keyId = sealedKeyId(response);
+  if (keyId === keyring.sealingKeyId) return { action: 'current' };
+  let opened: StoredResponse;
+  try {
+    opened = keyring.open(response, storageKey, record.fingerprint);
+  } catch (error) {
+    if (error instanceof RecordUnreadableError) return { action: 'unreadable', keyId: error.keyId, reason: error.reason };
+    throw error;
+  }
+  return { action: 'reseal', response: keyring.seal(opened, storageKey, record.fingerprint), from: keyId ?? null };
+}

@@ -60,6 +60,8 @@ export type {
   IdempotencyStore,
   MaintenanceOptions,
   ProcessingRecord,
+  ScanOptions,
+  ScanPage,
   StoreStats,
   StoredResponse,
 } from './store.js';

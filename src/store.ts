@@ -84,7 +84,8 @@ export interface IdempotencyStore {
 
   // Maintenance, for operators and the `idempotency-kit` command line (docs/cli.md).
   // Optional so that a third-party store keeps working without them; every built-in
-  // driver has all three. None of them is ever called while serving requests.
+  // driver has all five (scan and replaceResponse: docs/writing-a-store.md). None of
+  // them is ever called while serving requests.
 
   /**
    * Remove the record at `key` whatever its state or owner, so that the next request
@@ -104,6 +105,23 @@ export interface IdempotencyStore {
    * Stores that expire records natively (Redis) resolve 0.
    */
   sweep?(options?: MaintenanceOptions): Promise<number>;
+  /**
+   * One page of the live records (processing and completed), in an order that stays the
+   * same between calls, with keys as the other methods receive them. Pass the page's
+   * `cursor` to get the next one; `undefined` means there is no more. A page holds up to
+   * `limit` records (a store that cannot cut a page exactly, as Redis SCAN, may give a
+   * few more) and may hold fewer, even none, before the end. A record written
+   * while scanning may or may not be listed; one live throughout is listed at least once.
+   * Used by the command line's `reseal` (docs/cli.md#reseal).
+   */
+  scan?(options: ScanOptions): Promise<ScanPage>;
+  /**
+   * Compare-and-set: replace the response of the completed record at `key`, only while it
+   * is live, completed and still has `token`, in one atomic step; its fingerprint,
+   * createdAt and expiresAt stay as they are. Resolves whether it replaced it. Used to
+   * re-seal records under a new encryption key (docs/cli.md#reseal).
+   */
+  replaceResponse?(key: string, token: string, response: StoredResponse): Promise<boolean>;
   /**
    * Optional: wake-ups for duplicates waiting in other processes (see
    * docs/semantics.md#how-a-duplicate-waits). When present, the store tells `listener`
@@ -161,4 +179,19 @@ export interface StoreStats {
    * included (an old value here means the sweep is not running); undefined when empty.
    */
   oldestExpiresAt: number | undefined;
+}
+
+/** What {@link IdempotencyStore.scan} takes. */
+export interface ScanOptions {
+  /** Where the previous page ended (its `cursor`); undefined for the first page. */
+  cursor?: string;
+  /** Records wanted in the page (a positive integer; see {@link IdempotencyStore.scan}). */
+  limit: number;
+}
+
+/** One page of {@link IdempotencyStore.scan}. */
+export interface ScanPage {
+  records: Array<{ key: string; record: IdempotencyRecord }>;
+  /** Where to go on from; undefined once every record was listed. Opaque text. */
+  cursor: string | undefined;
 }

@@ -267,6 +267,86 @@ export function storeContract(name: string, target: ContractTarget | undefined, 
       });
     });
 
+    describe('optional maintenance: scan and replaceResponse (run when the store has them)', () => {
+      it('scan lists every live record exactly once, page by page, with its key as given; never an expired or released one', async () => {
+        if (typeof store.scan !== 'function') return; // optional: a store without it still serves requests
+        const mark = randomUUID();
+        const done = [`${mark}-a`, `${mark}-b`, `${mark}-c`];
+        const running = [`${mark}-p1`, `${mark}-p2`];
+        for (const k of done) {
+          await store.claim(k, claimOf(`t-${k}`), 5000);
+          await store.complete(k, `t-${k}`, response(200, k), 60_000);
+        }
+        for (const k of running) await store.claim(k, claimOf(`t-${k}`), 5000);
+        const gone = `${mark}-gone`;
+        await store.claim(gone, claimOf('g'), 5000);
+        await store.release(gone, 'g');
+        const short = `${mark}-short`;
+        await store.claim(short, claimOf('s'), 5000);
+        await store.complete(short, 's', response(), 200);
+        await sleep(350);
+        const seen = new Map<string, number>();
+        let cursor: string | undefined;
+        let pages = 0;
+        do {
+          const page = await store.scan({ limit: 4, ...(cursor === undefined ? {} : { cursor }) });
+          pages++;
+          for (const { key: k, record } of page.records) {
+            if (!k.startsWith(mark)) continue;
+            seen.set(k, (seen.get(k) ?? 0) + 1);
+            expect(record, k).toEqual(await store.get(k));
+          }
+          cursor = page.cursor;
+          expect(pages, 'scan must end').toBeLessThan(100_000);
+        } while (cursor !== undefined);
+        expect(Object.fromEntries(seen)).toEqual(Object.fromEntries([...done, ...running].map((k) => [k, 1])));
+        expect(pages, 'five records of ours in pages of 4 take two pages at least').toBeGreaterThan(1);
+        await expect(store.scan({ limit: 0 }), 'limit 0').rejects.toMatchObject({ name: 'TypeError' });
+      });
+
+      it('replaceResponse swaps the response only of a live completed record whose token still holds; fingerprint and times stay', async () => {
+        if (typeof store.replaceResponse !== 'function') return; // optional
+        const k = key();
+        await store.claim(k, claimOf('t1'), 5000);
+        await store.complete(k, 't1', response(201, 'before'), 60_000);
+        const before = await store.get(k);
+        const next: StoredResponse = { status: 202, headers: { 'x-next': ['a', 'b'] }, body: new Uint8Array([0, 255, 1, 2]) };
+        expect(await store.replaceResponse(k, 'intruder', next)).toBe(false);
+        expect(await store.get(k)).toEqual(before);
+        expect(await store.replaceResponse(k, 't1', next)).toBe(true);
+        const after = await store.get(k);
+        expect(after).toMatchObject({ state: 'completed', token: 't1', fingerprint: 'fp-1', createdAt: before!.createdAt });
+        if (after?.state !== 'completed' || before?.state !== 'completed') throw new Error('not completed');
+        expect(after.expiresAt).toBe(before.expiresAt);
+        expect(after.response.status).toBe(202);
+        expect(after.response.headers).toEqual({ 'x-next': ['a', 'b'] });
+        expect([...after.response.body!]).toEqual([0, 255, 1, 2]);
+        expect(await store.replaceResponse(k, 't1', { status: 200, headers: {}, body: null })).toBe(true);
+        expect((await store.get(k))?.state === 'completed' && (await store.get(k) as { response: StoredResponse }).response.body).toBeNull();
+        // A processing record, an absent key: nothing to replace.
+        const p = key();
+        await store.claim(p, claimOf('tp'), 5000);
+        expect(await store.replaceResponse(p, 'tp', next)).toBe(false);
+        expect(await store.get(p)).toMatchObject({ state: 'processing', token: 'tp' });
+        expect(await store.replaceResponse(key(), 't1', next)).toBe(false);
+      });
+
+      it('replaceResponse with the token a scan saw never overwrites the record that replaced it meanwhile (expired and claimed again)', async () => {
+        if (typeof store.replaceResponse !== 'function') return; // optional
+        const k = key();
+        await store.claim(k, claimOf('seen'), 5000);
+        await store.complete(k, 'seen', response(200, 'old'), 200);
+        await sleep(350);
+        expect(await store.replaceResponse(k, 'seen', response(200, 'resealed')), 'expired').toBe(false);
+        expect((await store.claim(k, claimOf('fresh', 'fp-2'), 5000)).claimed).toBe(true);
+        await store.complete(k, 'fresh', response(200, 'new'), 60_000);
+        expect(await store.replaceResponse(k, 'seen', response(200, 'resealed'))).toBe(false);
+        const record = await store.get(k);
+        expect(record).toMatchObject({ state: 'completed', token: 'fresh', fingerprint: 'fp-2' });
+        expect(record?.state === 'completed' && Buffer.from(record.response.body!).toString()).toBe('new');
+      });
+    });
+
     target?.extra?.({ store: () => store });
   });
 }

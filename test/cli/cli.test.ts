@@ -245,7 +245,7 @@ describe('cli usage and failures', () => {
     // With --json, even a missing command is one JSON document on stdout.
     const bare = await cli(['--json']);
     expect(bare.code).toBe(2);
-    expect(json(bare)).toMatchObject({ error: { code: 'usage', message: 'no command: inspect, purge, stats or sweep' } });
+    expect(json(bare)).toMatchObject({ error: { code: 'usage', message: 'no command: inspect, purge, stats, sweep or reseal' } });
     const unknown = await cli(['stats', '--json', '--wat']);
     expect(unknown.code).toBe(2);
     expect(json(unknown)).toMatchObject({ error: { code: 'usage', message: expect.stringMatching(/Unknown option '--wat'/) } });

@@ -16,6 +16,8 @@ import type {
   IdempotencyRecord,
   IdempotencyStore,
   MaintenanceOptions,
+  ScanOptions,
+  ScanPage,
   StoreStats,
   StoredResponse,
 } from '../../src/store.js';
@@ -143,6 +145,8 @@ export function storeInWorkerd(workerd: () => Workerd, kind: string, name: strin
     delete: (key: string) => call<boolean>('delete', key),
     stats: (options?: MaintenanceOptions) => maintain<StoreStats>('stats', options),
     sweep: (options?: MaintenanceOptions) => maintain<number>('sweep', options),
+    scan: (options: ScanOptions) => call<ScanPage>('scan', options),
+    replaceResponse: (key: string, token: string, response: StoredResponse) => call<boolean>('replaceResponse', key, token, response),
     // The store in workerd stays: other tests of the file use it.
     close: async () => {},
   };

@@ -52,7 +52,7 @@ describe('the contract notices a store that breaks a rule', () => {
     const expired = 'expired records are never returned';
     const failingBackend = 'a failing backend rejects every call, in bounded time';
     for (const store of ['racy claim', 'no token check', 'returns expired', 'swallows errors']) {
-      expect(tests(store), store).toHaveLength(16); // every test ran: the contract's 15 and the extra one
+      expect(tests(store), store).toHaveLength(19); // every test ran: the contract's 18 and the extra one
       // The extra case sits directly in the contract's describe, on its (open) store.
       expect(tests(store)).toContainEqual({ failed: false, name: 'extra: the contract store is open and named' });
     }
