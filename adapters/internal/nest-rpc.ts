@@ -203,8 +203,9 @@ let rpcException: Promise<RpcExceptionClass | undefined> | undefined;
 /** `RpcException`, loaded by name (not bundled, and never needed by an app without microservices). */
 function loadRpcException(): Promise<RpcExceptionClass | undefined> {
   const name = '@nestjs/microservices';
-  rpcException ??= (import(name) as Promise<{ RpcException?: RpcExceptionClass }>).then(
-    (module) => module.RpcException,
+  rpcException ??= (import(name) as Promise<{ RpcException?: RpcExceptionClass; default?: { RpcException?: RpcExceptionClass } }>).then(
+    // Nest 12 is ES modules; Nest 11's CommonJS exports may sit on `default`.
+    (module) => module.RpcException ?? module.default?.RpcException,
     () => undefined,
   );
   return rpcException;
