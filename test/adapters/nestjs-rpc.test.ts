@@ -5,7 +5,11 @@
  * a payload field); a repeat or a redelivery runs the handler once and gets its reply again.
  */
 import 'reflect-metadata';
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Controller, type INestMicroservice, type Type } from '@nestjs/common';
 import {
   ClientProxyFactory,
@@ -27,7 +31,10 @@ import { memoryStore } from '../../drivers/memory.js';
 import { createStore } from '../../drivers/create-store.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { Idempotent, IdempotencyModule, type IdempotencyModuleOptions, type RpcRefusal } from '../../adapters/nestjs.js';
+import { importsFromSources } from '../helpers/package-imports.js';
 import { AMQP_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
 
 const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const natsUp = await serviceAvailable('NATS', NATS_URL);
@@ -79,6 +86,20 @@ const refusalOf = async (reply: Promise<unknown>): Promise<RpcRefusal> => {
   throw new Error('expected the message to be refused');
 };
 
+/** What an ORM hands back: a class instance, sent by the transport as its JSON. */
+class OrderEntity {
+  constructor(
+    readonly id: number,
+    readonly sku: string,
+  ) {}
+  get label(): string {
+    return `#${this.id}`;
+  }
+  toJSON() {
+    return { id: this.id, sku: this.sku, label: this.label };
+  }
+}
+
 /** NATS: the controller, with subjects of its own for this run. */
 function natsController(run: string, seen: Seen, replays: (key: string) => void): Type<unknown> {
   @Controller()
@@ -97,6 +118,11 @@ function natsController(run: string, seen: Seen, replays: (key: string) => void)
       seen.hit(`busy:${data.sku}`);
       await seen.gates.get(`busy:${data.sku}`);
       return { ok: true };
+    }
+
+    @MessagePattern(`${run}.orders.entity`)
+    entity(@Payload() data: { sku: string }) {
+      return new OrderEntity(seen.hit(`entity:${data.sku}`), data.sku);
     }
 
     @MessagePattern(`${run}.orders.fail`)
@@ -251,6 +277,14 @@ for (const [storeName, makeStore, storeUp] of stores) {
       expect(await send('fail', { sku: 'f' }, { 'Idempotency-Key': key })).toEqual({ ok: true, sku: 'f' });
       expect(await send('fail', { sku: 'f' }, { 'Idempotency-Key': key })).toEqual({ ok: true, sku: 'f' });
       expect(seen.count('fail:f')).toBe(2);
+    });
+
+    it('H5 a class instance is stored as the JSON the transport sends, and replayed the same', async () => {
+      const key = randomUUID();
+      const first = await send('entity', { sku: 'e' }, { 'Idempotency-Key': key });
+      expect(first).toEqual({ id: 1, sku: 'e', label: '#1' });
+      expect(await send('entity', { sku: 'e' }, { 'Idempotency-Key': key })).toEqual(first);
+      expect(seen.count('entity:e')).toBe(1);
     });
 
     it('H5 every value of an Observable is stored and replayed', async () => {
@@ -416,4 +450,51 @@ describe('NestJS microservices: bad rpc options', () => {
         .then((m) => m.createNestMicroservice({ transport: Transport.TCP, options: { port: 0 } }).init()),
     ).rejects.toThrow(/Expected `rpc\.scope` to be a function \(data, context\) => tenant or 'shared'/);
   });
+});
+
+describe.skipIf(!natsUp)('docs/adapters/nestjs.md: the microservices example runs as written', () => {
+  it('H1 a message sent twice with one Idempotency-Key ships once; another key ships again', async () => {
+    const page = readFileSync(join(root, 'docs', 'adapters', 'nestjs.md'), 'utf8');
+    const at = page.indexOf('## Microservices\n');
+    expect(at).toBeGreaterThan(-1);
+    const code = /```ts\n([\s\S]*?)```/.exec(page.slice(at))?.[1];
+    expect(code).toContain("@MessagePattern('orders.ship')");
+    const subject = `idem-docs-${randomUUID().slice(0, 8)}.orders.ship`;
+    // Decorators need the project's tsconfig (experimentalDecorators): a folder under test/.
+    const home = join(root, 'test', `docs-copy-${randomUUID().slice(0, 8)}`);
+    mkdirSync(home, { recursive: true });
+    const file = join(home, 'microservice.mts');
+    writeFileSync(file, importsFromSources(code!.replaceAll("'orders.ship'", JSON.stringify(subject))));
+    const child = spawn(process.execPath, ['--import', 'tsx', file], {
+      cwd: root,
+      // The page's default store (memory://), as a user who copies it gets it.
+      env: { ...Object.fromEntries(Object.entries(process.env).filter(([name]) => name !== 'IDEMPOTENCY_STORE')), NATS_URL },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (chunk) => (output += chunk));
+    child.stderr.on('data', (chunk) => (output += chunk));
+    const client = ClientProxyFactory.create({ transport: Transport.NATS, options: { servers: [NATS_URL] } });
+    try {
+      await client.connect();
+      const ship = (key: string) => firstValueFrom(client.send(subject, natsRecord({ sku: 'A1' }, { 'Idempotency-Key': key })));
+      const key = randomUUID();
+      // Until the example has subscribed, NATS answers "no responders" (nothing ran).
+      let first: unknown;
+      for (let attempt = 0; first === undefined; attempt++) {
+        if (child.exitCode !== null || attempt > 200) throw new Error(`the example did not start:\n${output}`);
+        first = await ship(key).catch(async () => {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          return undefined;
+        });
+      }
+      expect(first, output).toEqual({ shipment: 1, sku: 'A1' });
+      expect(await ship(key)).toEqual(first);
+      expect(await ship(randomUUID())).toEqual({ shipment: 2, sku: 'A1' });
+    } finally {
+      await client.close();
+      child.kill('SIGTERM');
+      rmSync(home, { recursive: true, force: true });
+    }
+  }, 30_000);
 });
