@@ -63,7 +63,7 @@ import {
   sendResponse,
   setRequestBody,
 } from './internal/node-io.js';
-import { NestRpc, type IdempotentRpcOptions } from './internal/nest-rpc.js';
+import { NestRpc, checkRpcOptions, type IdempotentRpcOptions } from './internal/nest-rpc.js';
 
 export type { IdempotentRpcOptions, RpcContext, RpcRefusal } from './internal/nest-rpc.js';
 
@@ -421,7 +421,8 @@ function checkOptions(options: unknown): asserts options is IdempotencyModuleOpt
   if (typeof options !== 'object' || options === null) {
     throw new TypeError(`Expected IdempotencyModule options to be an object, got ${String(options)}`);
   }
-  const { store } = options as { store?: unknown };
+  const { store, rpc } = options as { store?: unknown; rpc?: unknown };
+  checkRpcOptions(rpc);
   if (typeof store === 'string') return;
   if (typeof store !== 'object' || store === null || typeof (store as IdempotencyStore).claim !== 'function') {
     throw new TypeError(`Expected \`store\` to be an idempotency store or a store URL, got ${store === null ? 'null' : typeof store}`);

@@ -444,11 +444,11 @@ describe('NestJS microservices: bad rpc options', () => {
     await expect(compiled.createNestMicroservice({ transport: Transport.TCP, options: { port: 0 } }).init()).rejects.toThrow(
       /Bad\.handle: Expected `rpc\.key` to be a payload field name or a function/,
     );
-    await expect(
-      Test.createTestingModule({ imports: [IdempotencyModule.forRoot({ store: memoryStore(), rpc: { scope: 'everyone' as 'shared' } })] })
-        .compile()
-        .then((m) => m.createNestMicroservice({ transport: Transport.TCP, options: { port: 0 } }).init()),
-    ).rejects.toThrow(/Expected `rpc\.scope` to be a function \(data, context\) => tenant or 'shared'/);
+    expect(() => IdempotencyModule.forRoot({ store: memoryStore(), rpc: { scope: 'everyone' as 'shared' } })).toThrow(
+      /Expected `rpc\.scope` to be a function \(data, context\) => tenant or 'shared'/,
+    );
+    expect(() => IdempotencyModule.forRoot({ store: memoryStore(), rpc: { onReplay: true as unknown as () => void } })).toThrow(/rpc\.onReplay/);
+    expect(() => IdempotencyModule.forRoot({ store: memoryStore(), rpc: { keyField: 'id' } as never })).toThrow(/Unknown `rpc` option `keyField`/);
   });
 });
 
