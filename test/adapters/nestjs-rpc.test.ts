@@ -101,7 +101,7 @@ class OrderEntity {
 }
 
 /** NATS: the controller, with subjects of its own for this run. */
-function natsController(run: string, seen: Seen, replays: (key: string) => void): Type<unknown> {
+function natsController(run: string, seen: Seen, replays: (key: string) => void, events: string[], eventSeen: (type: string) => void): Type<unknown> {
   @Controller()
   @Idempotent()
   class NatsOrders {
@@ -123,6 +123,15 @@ function natsController(run: string, seen: Seen, replays: (key: string) => void)
     @MessagePattern(`${run}.orders.entity`)
     entity(@Payload() data: { sku: string }) {
       return new OrderEntity(seen.hit(`entity:${data.sku}`), data.sku);
+    }
+
+    @EventPattern(`${run}.orders.cyclic`)
+    @Idempotent({ onEvent: (event) => (events.push(event.type), eventSeen(event.type)) })
+    cyclic(@Payload() data: { sku?: string }) {
+      seen.hit(`cyclic:${data.sku}`);
+      const value: { self?: unknown } = {};
+      value.self = value;
+      return value;
     }
 
     @MessagePattern(`${run}.orders.fail`)
@@ -183,6 +192,8 @@ for (const [storeName, makeStore, storeUp] of stores) {
     const run = `idem-${randomUUID().slice(0, 8)}`;
     const seen = new Seen();
     const replayed = new Map<string, ReturnType<typeof signal>>();
+    const events: string[] = [];
+    const eventWaits = new Map<string, ReturnType<typeof signal>>();
     let app: INestMicroservice;
     let client: ClientProxy;
     let store: IdempotencyStore;
@@ -193,7 +204,7 @@ for (const [storeName, makeStore, storeUp] of stores) {
       store = makeStore();
       const moduleRef = await Test.createTestingModule({
         imports: [IdempotencyModule.forRoot({ store, wait: 5000 })],
-        controllers: [natsController(run, seen, (sku) => replayed.get(sku)?.resolve())],
+        controllers: [natsController(run, seen, (sku) => replayed.get(sku)?.resolve(), events, (type) => eventWaits.get(type)?.resolve())],
       }).compile();
       app = moduleRef.createNestMicroservice({ transport: Transport.NATS, options: { servers: [NATS_URL] } });
       app.useLogger(false);
@@ -285,6 +296,23 @@ for (const [storeName, makeStore, storeUp] of stores) {
       expect(first).toEqual({ id: 1, sku: 'e', label: '#1' });
       expect(await send('entity', { sku: 'e' }, { 'Idempotency-Key': key })).toEqual(first);
       expect(seen.count('entity:e')).toBe(1);
+    });
+
+    it('H5 a result that is not even JSON (a cycle) is answered as it is and its key released (a released event)', async () => {
+      const key = randomUUID();
+      const emit = () => firstValueFrom(client.emit(`${run}.orders.cyclic`, natsRecord({ sku: 'c' }, { 'Idempotency-Key': key })));
+      const ranTwice = seen.reach('cyclic:c', 2);
+      const firstRun = seen.reach('cyclic:c', 1);
+      const released = signal();
+      eventWaits.set('released', released);
+      await emit();
+      await firstRun;
+      await emit();
+      // Released: the repeat runs the handler again.
+      await ranTwice;
+      await released.promise;
+      expect(events).toContain('released');
+      expect(events).not.toContain('completed');
     });
 
     it('H5 every value of an Observable is stored and replayed', async () => {
@@ -426,6 +454,59 @@ describe.skipIf(!rabbitUp)('NestJS microservices on RabbitMQ (manual acks)', () 
     const refusal = await refusalOf(send({ sku: 'nokey' }));
     expect(refusal).toMatchObject({ status: 'error', code: 'key-missing', retryable: false });
     expect(seen.count('create:nokey')).toBe(0);
+  });
+});
+
+describe.skipIf(!rabbitUp || !redisUp)('NestJS microservices on RabbitMQ: two consumers of one queue, one Redis store', () => {
+  const queue = `idem-nest-two-${randomUUID()}`;
+  const seen = new Seen();
+  const apps: INestMicroservice[] = [];
+  const stores: IdempotencyStore[] = [];
+  let client: ClientProxy;
+  const options = { urls: [AMQP_URL], queue, queueOptions: { durable: false, autoDelete: true } };
+  const send = <T = unknown>(data: unknown, messageId: string) =>
+    firstValueFrom(client.send<T>('orders.create', new RmqRecordBuilder(data).setOptions({ messageId }).build()));
+
+  beforeAll(async () => {
+    for (let i = 0; i < 2; i++) {
+      // Each consumer its own store client, as two processes would have.
+      const store = createStore(REDIS_URL);
+      stores.push(store);
+      const moduleRef = await Test.createTestingModule({
+        imports: [IdempotencyModule.forRoot({ store, wait: 5000 })],
+        controllers: [rmqController(seen, () => {})],
+      }).compile();
+      const app = moduleRef.createNestMicroservice({ transport: Transport.RMQ, options: { ...options, noAck: false, prefetchCount: 50 } });
+      app.useLogger(false);
+      await app.listen();
+      apps.push(app);
+    }
+    client = ClientProxyFactory.create({ transport: Transport.RMQ, options });
+    await client.connect();
+  });
+  afterAll(async () => {
+    await client?.close();
+    for (const app of apps) await app.close();
+    for (const store of stores) await store.close();
+  });
+
+  it('C1 parallel sends of one messageId, spread over both consumers while the first runs, run the handler once', async () => {
+    const id = randomUUID();
+    const gate = signal();
+    const entered = seen.hold('create:two', gate.promise);
+    const first = send({ sku: 'two' }, id);
+    await entered;
+    const duplicates = Array.from({ length: 30 }, () => send({ sku: 'two' }, id));
+    gate.resolve();
+    const replies = await Promise.all([first, ...duplicates]);
+    expect(seen.count('create:two')).toBe(1);
+    for (const reply of replies) expect(reply).toEqual({ run: 1, sku: 'two' });
+  });
+
+  it('C1 many messages with their own ids, each sent twice at once, run once each', async () => {
+    const ids = Array.from({ length: 20 }, () => randomUUID());
+    await Promise.all(ids.flatMap((id, i) => [send({ sku: `pair-${i}` }, id), send({ sku: `pair-${i}` }, id)]));
+    for (let i = 0; i < ids.length; i++) expect(seen.count(`create:pair-${i}`)).toBe(1);
   });
 });
 
