@@ -510,6 +510,42 @@ describe.skipIf(!rabbitUp || !redisUp)('NestJS microservices on RabbitMQ: two co
   });
 });
 
+describe.skipIf(!natsUp)('NestJS microservices in a hybrid application (HTTP and NATS)', () => {
+  it('H1 with inheritAppConfig the connected microservice\'s handlers are protected by the same module', async () => {
+    const subject = `idem-hybrid-${randomUUID().slice(0, 8)}.ship`;
+    let runs = 0;
+    @Controller()
+    @Idempotent()
+    class Hybrid {
+      @MessagePattern(subject)
+      ship() {
+        return { run: ++runs };
+      }
+    }
+    const moduleRef = await Test.createTestingModule({
+      imports: [IdempotencyModule.forRoot({ store: memoryStore(), scope: 'shared' })],
+      controllers: [Hybrid],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    const microservice = app.connectMicroservice({ transport: Transport.NATS, options: { servers: [NATS_URL] } }, { inheritAppConfig: true });
+    const client = ClientProxyFactory.create({ transport: Transport.NATS, options: { servers: [NATS_URL] } });
+    try {
+      await app.startAllMicroservices();
+      await app.init();
+      await microservice.unwrap<NatsConnection>().flush();
+      await client.connect();
+      const key = randomUUID();
+      const send = () => firstValueFrom(client.send(subject, natsRecord({}, { 'Idempotency-Key': key })));
+      expect(await send()).toEqual({ run: 1 });
+      expect(await send()).toEqual({ run: 1 });
+      expect(runs).toBe(1);
+    } finally {
+      await client.close();
+      await app.close();
+    }
+  });
+});
+
 describe('NestJS microservices: bad rpc options', () => {
   it('a bad rpc option fails the module start with a TypeError naming it', async () => {
     @Controller()
