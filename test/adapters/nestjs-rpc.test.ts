@@ -10,8 +10,9 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Controller, type INestMicroservice, type Type } from '@nestjs/common';
+import { Controller, UseFilters, type ArgumentsHost, type INestMicroservice, type Type } from '@nestjs/common';
 import {
+  BaseRpcExceptionFilter,
   ClientProxyFactory,
   Ctx,
   EventPattern,
@@ -19,6 +20,7 @@ import {
   NatsRecordBuilder,
   Payload,
   RmqRecordBuilder,
+  RpcException,
   Transport,
   type ClientProxy,
   type RmqContext,
@@ -29,6 +31,7 @@ import { firstValueFrom, interval, lastValueFrom, map, take, toArray, type Obser
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { createStore } from '../../drivers/create-store.js';
+import { isIdempotencyError } from '../../src/errors.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { Idempotent, IdempotencyModule, type IdempotencyModuleOptions, type RpcRefusal } from '../../adapters/nestjs.js';
 import { importsFromSources } from '../helpers/package-imports.js';
@@ -360,10 +363,25 @@ for (const [storeName, makeStore, storeUp] of stores) {
   });
 }
 
+/** What an application does with a refused message on manual acks: settle it in its RPC exception filter. */
+class SettleFilter extends BaseRpcExceptionFilter {
+  constructor(private readonly seen: unknown[]) {
+    super();
+  }
+  override catch(exception: unknown, host: ArgumentsHost) {
+    this.seen.push(exception);
+    const ctx = host.switchToRpc().getContext<RmqContext>();
+    const retryable = (exception as { cause?: { retryable?: boolean } }).cause?.retryable === true;
+    ctx.getChannelRef().nack(ctx.getMessage(), false, retryable);
+    return super.catch(exception, host);
+  }
+}
+
 /** RabbitMQ: manual acks (noAck: false); the first delivery of an event is nacked back once. */
-function rmqController(seen: Seen, replays: (sku: string) => void): Type<unknown> {
+function rmqController(seen: Seen, replays: (sku: string) => void, filtered: unknown[] = []): Type<unknown> {
   const ack = (ctx: RmqContext) => ctx.getChannelRef().ack(ctx.getMessage());
   @Controller()
+  @UseFilters(new SettleFilter(filtered))
   @Idempotent({ rpc: { onReplay: (data, ctx) => (ack(ctx as RmqContext), replays((data as { sku: string }).sku)) } })
   class RmqOrders {
     @MessagePattern('orders.create')
@@ -389,6 +407,7 @@ function rmqController(seen: Seen, replays: (sku: string) => void): Type<unknown
 describe.skipIf(!rabbitUp)('NestJS microservices on RabbitMQ (manual acks)', () => {
   const queue = `idem-nest-${randomUUID()}`;
   const seen = new Seen();
+  const filtered: unknown[] = [];
   const replayed = new Map<string, ReturnType<typeof signal>>();
   let app: INestMicroservice;
   let client: ClientProxy;
@@ -400,7 +419,7 @@ describe.skipIf(!rabbitUp)('NestJS microservices on RabbitMQ (manual acks)', () 
     const moduleOptions: IdempotencyModuleOptions = { store: memoryStore(), wait: 5000 };
     const moduleRef = await Test.createTestingModule({
       imports: [IdempotencyModule.forRoot(moduleOptions)],
-      controllers: [rmqController(seen, (sku) => replayed.get(sku)?.resolve())],
+      controllers: [rmqController(seen, (sku) => replayed.get(sku)?.resolve(), filtered)],
     }).compile();
     app = moduleRef.createNestMicroservice({ transport: Transport.RMQ, options: { ...options, noAck: false } });
     app.useLogger(false);
@@ -454,6 +473,12 @@ describe.skipIf(!rabbitUp)('NestJS microservices on RabbitMQ (manual acks)', () 
     const refusal = await refusalOf(send({ sku: 'nokey' }));
     expect(refusal).toMatchObject({ status: 'error', code: 'key-missing', retryable: false });
     expect(seen.count('create:nokey')).toBe(0);
+    // The application's exception filter got it (and settled it): an RpcException, the layer's error its cause.
+    const exception = filtered.at(-1) as RpcException & { cause?: unknown };
+    expect(exception).toBeInstanceOf(RpcException);
+    expect(exception.getError()).toEqual(refusal);
+    expect(isIdempotencyError(exception.cause)).toBe(true);
+    expect((exception.cause as { code?: string }).code).toBe('key-missing');
   });
 });
 
