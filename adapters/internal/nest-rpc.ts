@@ -224,6 +224,12 @@ async function refusal(error: IdempotencyError): Promise<Error> {
   return exception;
 }
 
+/**
+ * The transport contexts of the messages the layer has taken: once per message, also with
+ * the interceptor bound a second time (`@UseInterceptors`, another instance).
+ */
+const seen = new WeakSet<object>();
+
 type Protected = (data: unknown, context: RpcContext, work: () => Promise<unknown[]>) => Promise<unknown[]>;
 
 interface Protection {
@@ -240,8 +246,6 @@ export class NestRpc {
   readonly #store: EngineOptions['store'];
   readonly #read: (target: object) => Record<string, unknown> | false | undefined;
   readonly #handlers = new WeakMap<Function, Protection | null>();
-  /** The transport contexts of the messages under way: once per message, also with the interceptor bound twice. */
-  readonly #seen = new WeakSet<object>();
 
   constructor(
     options: NestRpcModuleOptions,
@@ -330,8 +334,8 @@ export class NestRpc {
     const data = rpc.getData<unknown>();
     const transport = rpc.getContext<RpcContext>();
     if (typeof transport === 'object' && transport !== null) {
-      if (this.#seen.has(transport)) return next.handle();
-      this.#seen.add(transport);
+      if (seen.has(transport)) return next.handle();
+      seen.add(transport);
     }
     void loadRpcException();
     return defer(async () => {

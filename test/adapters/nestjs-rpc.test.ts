@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Controller, UseFilters, type ArgumentsHost, type INestMicroservice, type Type } from '@nestjs/common';
+import { Controller, UseFilters, UseInterceptors, type ArgumentsHost, type INestMicroservice, type Type } from '@nestjs/common';
 import {
   BaseRpcExceptionFilter,
   ClientProxyFactory,
@@ -33,7 +33,13 @@ import { memoryStore } from '../../drivers/memory.js';
 import { createStore } from '../../drivers/create-store.js';
 import { isIdempotencyError } from '../../src/errors.js';
 import type { IdempotencyStore } from '../../src/store.js';
-import { Idempotent, IdempotencyModule, type IdempotencyModuleOptions, type RpcRefusal } from '../../adapters/nestjs.js';
+import {
+  Idempotent,
+  IdempotencyInterceptor,
+  IdempotencyModule,
+  type IdempotencyModuleOptions,
+  type RpcRefusal,
+} from '../../adapters/nestjs.js';
 import { importsFromSources } from '../helpers/package-imports.js';
 import { AMQP_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 
@@ -135,6 +141,12 @@ function natsController(run: string, seen: Seen, replays: (key: string) => void,
       const value: { self?: unknown } = {};
       value.self = value;
       return value;
+    }
+
+    @MessagePattern(`${run}.orders.twiceBound`)
+    @UseInterceptors(IdempotencyInterceptor)
+    twiceBound(@Payload() data: { sku: string }) {
+      return { run: seen.hit(`twiceBound:${data.sku}`) };
     }
 
     @MessagePattern(`${run}.orders.fail`)
@@ -282,6 +294,13 @@ for (const [storeName, makeStore, storeUp] of stores) {
       expect(await first).toEqual({ ok: true });
       expect(await send('busy', { sku: 'b' }, { 'Idempotency-Key': key })).toEqual({ ok: true });
       expect(seen.count('busy:b')).toBe(1);
+    });
+
+    it('H1 the interceptor bound a second time (@UseInterceptors) takes a message once: a run, then a replay', async () => {
+      const key = randomUUID();
+      expect(await send('twiceBound', { sku: 't' }, { 'Idempotency-Key': key })).toEqual({ run: 1 });
+      expect(await send('twiceBound', { sku: 't' }, { 'Idempotency-Key': key })).toEqual({ run: 1 });
+      expect(seen.count('twiceBound:t')).toBe(1);
     });
 
     it('H9 a thrown error releases the key: the next delivery runs the handler again', async () => {
