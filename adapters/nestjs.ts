@@ -63,6 +63,9 @@ import {
   sendResponse,
   setRequestBody,
 } from './internal/node-io.js';
+import { NestRpc, checkRpcOptions, type IdempotentRpcOptions } from './internal/nest-rpc.js';
+
+export type { IdempotentRpcOptions, RpcContext, RpcRefusal } from './internal/nest-rpc.js';
 
 /**
  * The request as a Nest handler sees it: Express's `req` on @nestjs/platform-express, the
@@ -79,7 +82,10 @@ export interface NestRequest {
 }
 
 /** What `@Idempotent()` takes on a class or a handler: any option but the store. */
-export type IdempotentOptions = Partial<Omit<IdempotencyOptions<NestRequest>, 'store'>>;
+export type IdempotentOptions = Partial<Omit<IdempotencyOptions<NestRequest>, 'store'>> & {
+  /** For `@MessagePattern()` / `@EventPattern()` handlers: the message's key, scope and fingerprint (docs/adapters/nestjs.md#microservices). */
+  rpc?: IdempotentRpcOptions;
+};
 
 /** `IdempotencyModule.forRoot` options: every option of the layer, `store` an instance or a URL. */
 export interface IdempotencyModuleOptions extends Omit<IdempotencyOptions<NestRequest>, 'store'> {
@@ -91,6 +97,8 @@ export interface IdempotencyModuleOptions extends Omit<IdempotencyOptions<NestRe
   store: IdempotencyStore | string;
   /** Whether the module is global (imported once, in the root module). @default true */
   isGlobal?: boolean;
+  /** For `@MessagePattern()` / `@EventPattern()` handlers: the message's key, scope and fingerprint (docs/adapters/nestjs.md#microservices). */
+  rpc?: IdempotentRpcOptions;
 }
 
 /** A class whose `createIdempotencyOptions()` returns the module options (`useClass`, `useExisting`). */
@@ -232,10 +240,13 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   readonly #logger = new Logger('Idempotency');
 
   readonly #modules: ModulesContainer | undefined;
+  readonly #rpc: NestRpc;
 
-  constructor(layer: Idempotency<NestRequest>, modules?: ModulesContainer) {
+  constructor(layer: Idempotency<NestRequest>, modules?: ModulesContainer, options?: IdempotencyModuleOptions) {
     this.#layer = layer;
     this.#modules = modules;
+    const read = (target: object) => this.#reflector.get<IdempotentOptions | false | undefined>(IDEMPOTENT_METADATA, target as Function);
+    this.#rpc = new NestRpc(options ?? {}, layer.engine.options.store, read);
   }
 
   /** Builds the layer of every handler now, so a bad `@Idempotent()` option fails the start. */
@@ -250,6 +261,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
           if (name === 'constructor' || typeof descriptor?.value !== 'function') continue;
           try {
             this.layerFor(controller, descriptor.value as Function);
+            if (NestRpc.isMessageHandler(descriptor.value as Function)) this.#rpc.protectionFor(controller, descriptor.value as Function);
           } catch (error) {
             if (error instanceof TypeError) error.message = `@Idempotent() on ${controller.name}.${name}: ${error.message}`;
             throw error;
@@ -289,6 +301,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   }
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    if (context.getType() === 'rpc') return this.#rpc.intercept(context, next);
     if (context.getType() !== 'http') return next.handle();
     const controller = context.getClass();
     const handler = context.getHandler();
@@ -396,6 +409,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
 Injectable()(IdempotencyInterceptor);
 Inject(IDEMPOTENCY_LAYER)(IdempotencyInterceptor, undefined, 0);
 Inject(ModulesContainer)(IdempotencyInterceptor, undefined, 1);
+Inject(IDEMPOTENCY_OPTIONS)(IdempotencyInterceptor, undefined, 2);
 
 /** What the module knows of its store at shutdown. */
 interface OwnedStore {
@@ -407,7 +421,8 @@ function checkOptions(options: unknown): asserts options is IdempotencyModuleOpt
   if (typeof options !== 'object' || options === null) {
     throw new TypeError(`Expected IdempotencyModule options to be an object, got ${String(options)}`);
   }
-  const { store } = options as { store?: unknown };
+  const { store, rpc } = options as { store?: unknown; rpc?: unknown };
+  checkRpcOptions(rpc);
   if (typeof store === 'string') return;
   if (typeof store !== 'object' || store === null || typeof (store as IdempotencyStore).claim !== 'function') {
     throw new TypeError(`Expected \`store\` to be an idempotency store or a store URL, got ${store === null ? 'null' : typeof store}`);
