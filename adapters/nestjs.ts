@@ -47,7 +47,7 @@ import {
   type Type,
 } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
-import { Observable, from, mergeMap, throwError, catchError, tap, of } from 'rxjs';
+import { Observable, defer, from, lastValueFrom, mergeMap, throwError, catchError, tap, of } from 'rxjs';
 import type { IdempotencyError } from '../src/errors.js';
 import type { RawBody } from '../src/fingerprint.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
@@ -63,6 +63,9 @@ import {
   sendResponse,
   setRequestBody,
 } from './internal/node-io.js';
+import { checkGraphqlOptions, graphqlExtensions, resolverCovered, runResolver, type GraphqlIdempotencyOptions } from './internal/nest-graphql.js';
+
+export type { GraphqlContext, GraphqlIdempotencyOptions, ResolverInfo, ResolverKeyFunction } from './internal/nest-graphql.js';
 
 /**
  * The request as a Nest handler sees it: Express's `req` on @nestjs/platform-express, the
@@ -78,11 +81,11 @@ export interface NestRequest {
   [name: string]: unknown;
 }
 
-/** What `@Idempotent()` takes on a class or a handler: any option but the store. */
-export type IdempotentOptions = Partial<Omit<IdempotencyOptions<NestRequest>, 'store'>>;
+/** What `@Idempotent()` takes on a class or a handler: any option but the store (`keyArg` for GraphQL resolvers). */
+export type IdempotentOptions = Partial<Omit<IdempotencyOptions<NestRequest>, 'store'>> & GraphqlIdempotencyOptions;
 
 /** `IdempotencyModule.forRoot` options: every option of the layer, `store` an instance or a URL. */
-export interface IdempotencyModuleOptions extends Omit<IdempotencyOptions<NestRequest>, 'store'> {
+export interface IdempotencyModuleOptions extends Omit<IdempotencyOptions<NestRequest>, 'store'>, GraphqlIdempotencyOptions {
   /**
    * A store instance (left open at shutdown: its owner closes it), or a store URL
    * (`redis://`, `postgres://`, `mysql://`, `sqlite:`, `memory:`): the module creates that
@@ -133,6 +136,7 @@ export function Idempotent(options: IdempotentOptions | false = {}): ClassDecora
   if (options !== false && 'store' in options) {
     throw new TypeError('`store` is a module option (IdempotencyModule.forRoot({ store })), not an @Idempotent() option');
   }
+  if (options !== false) checkGraphqlOptions(options);
   return SetMetadata(IDEMPOTENT_METADATA, options);
 }
 
@@ -151,6 +155,12 @@ export function SkipIdempotency(): ClassDecorator & MethodDecorator {
 export class IdempotencyRejection extends HttpException {
   /** The layer's error (`.code`: `key-missing`, `request-in-progress`, ...). */
   readonly error: IdempotencyError | undefined;
+  /**
+   * The refusal as GraphQL error extensions (`code`: the problem code, `type`, `status`,
+   * `reason`, `retryAfterSeconds`): thrown from a resolver, graphql-js copies them onto the
+   * GraphQL error.
+   */
+  readonly extensions: Record<string, unknown>;
   /** The headers of the refusal, as sent without a filter. */
   readonly headers: Record<string, string | string[]>;
 
@@ -166,6 +176,7 @@ export class IdempotencyRejection extends HttpException {
     this.name = 'IdempotencyRejection';
     this.error = error;
     this.headers = response.headers;
+    this.extensions = graphqlExtensions(error, response.status);
   }
 
   /** The layer's error code, e.g. `request-in-progress`. */
@@ -289,6 +300,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   }
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    if (context.getType<string>() === 'graphql') return this.#resolver(context, next);
     if (context.getType() !== 'http') return next.handle();
     const controller = context.getClass();
     const handler = context.getHandler();
@@ -369,6 +381,21 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     );
   }
 
+  /** A GraphQL resolver (adapters/internal/nest-graphql.ts): protected mutations run once per key. */
+  #resolver(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const handler = context.getHandler();
+    const layer = this.layerFor(context.getClass(), handler);
+    const args = context.getArgs();
+    const own = this.#reflector.get<IdempotentOptions | false | undefined>(IDEMPOTENT_METADATA, handler);
+    if (!layer || !resolverCovered(args[3] as never, own !== undefined && own !== false)) return next.handle();
+    return defer(() =>
+      runResolver(layer, args, {
+        run: () => lastValueFrom(next.handle(), { defaultValue: undefined }),
+        reject: (response, error, message) => Object.assign(new IdempotencyRejection(response, error), { message }),
+      }),
+    );
+  }
+
   async #begin(layer: Idempotency<NestRequest>, req: NestRequest & { originalUrl?: string }, rawReq: IncomingMessage) {
     let raw: RawBody | undefined;
     const decision = await layer.begin({
@@ -407,6 +434,7 @@ function checkOptions(options: unknown): asserts options is IdempotencyModuleOpt
   if (typeof options !== 'object' || options === null) {
     throw new TypeError(`Expected IdempotencyModule options to be an object, got ${String(options)}`);
   }
+  checkGraphqlOptions(options);
   const { store } = options as { store?: unknown };
   if (typeof store === 'string') return;
   if (typeof store !== 'object' || store === null || typeof (store as IdempotencyStore).claim !== 'function') {
