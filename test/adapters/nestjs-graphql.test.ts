@@ -12,7 +12,8 @@ import { Inject, Module, UseGuards, type CanActivate, type ExecutionContext, typ
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Args, Context, Field, GqlExecutionContext, GraphQLModule, ID, InputType, Int, Mutation, ObjectType, Query, Resolver } from '@nestjs/graphql';
 import { Test } from '@nestjs/testing';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { delay, of } from 'rxjs';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
 import type { IdempotencyEvent } from '../../src/events.js';
@@ -24,6 +25,12 @@ import { installApolloExpress } from './apollo-express.js';
 installApolloExpress();
 
 const COUNTER = Symbol('counter');
+const GATE = Symbol('gate');
+
+class Gate {
+  open!: () => void;
+  readonly promise = new Promise<void>((resolve) => (this.open = resolve));
+}
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 class Counter {
@@ -75,7 +82,10 @@ type Ctx = { req: { user?: { id: string } } };
 @UseGuards(UserGuard)
 @Idempotent()
 class PaymentsResolver {
-  constructor(@Inject(COUNTER) private readonly counter: Counter) {}
+  constructor(
+    @Inject(COUNTER) private readonly counter: Counter,
+    @Inject(GATE) private readonly gate: Gate,
+  ) {}
 
   @Mutation(() => Payment)
   async pay(@Args('amount', { type: () => Int }) amount: number, @Context() ctx: Ctx) {
@@ -96,6 +106,20 @@ class PaymentsResolver {
   fail(@Args('amount', { type: () => Int }) amount: number): Payment {
     this.counter.hit();
     throw new Error(`declined ${amount}`);
+  }
+
+  @Mutation(() => Int)
+  observed(@Args('amount', { type: () => Int }) amount: number) {
+    return of(amount + this.counter.hit()).pipe(delay(5));
+  }
+
+  /** Runs until the test opens the gate. */
+  @Mutation(() => Int)
+  @Idempotent({ wait: 0 })
+  async held() {
+    const n = this.counter.hit();
+    await this.gate.promise;
+    return n;
   }
 
   @Query(() => Int)
@@ -129,6 +153,7 @@ const paramTypes = (target: Type<unknown>, method: string, types: unknown[]) =>
 paramTypes(PaymentsResolver, 'pay', [Number, Object]);
 paramTypes(PaymentsResolver, 'payWith', [PayInput, Object]);
 paramTypes(PaymentsResolver, 'fail', [Number]);
+paramTypes(PaymentsResolver, 'observed', [Number]);
 
 interface GraphqlResult {
   status: number;
@@ -138,6 +163,7 @@ interface GraphqlResult {
 
 interface Started {
   counter: Counter;
+  gate: Gate;
   events: IdempotencyEvent[];
   request(query: string, options?: { key?: string; user?: string; variables?: Record<string, unknown> }): Promise<GraphqlResult>;
   close(): Promise<void>;
@@ -150,13 +176,14 @@ afterEach(async () => {
 
 async function start(store: IdempotencyStore, options: Partial<IdempotencyModuleOptions> = {}, resolvers: Type<unknown>[] = [PaymentsResolver]): Promise<Started> {
   const counter = new Counter();
+  const gate = new Gate();
   const events: IdempotencyEvent[] = [];
   @Module({
     imports: [
       IdempotencyModule.forRoot({ store, onEvent: (e) => events.push(e), ...options }),
       GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true, context: ({ req, res }: { req: unknown; res: unknown }) => ({ req, res }) }),
     ],
-    providers: [...resolvers, { provide: COUNTER, useValue: counter }],
+    providers: [...resolvers, { provide: COUNTER, useValue: counter }, { provide: GATE, useValue: gate }],
   })
   class AppModule {}
   const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
@@ -166,6 +193,7 @@ async function start(store: IdempotencyStore, options: Partial<IdempotencyModule
   const url = `http://127.0.0.1:${port}/graphql`;
   const app: Started = {
     counter,
+    gate,
     events,
     async request(query, { key, user, variables } = {}) {
       const headers: Record<string, string> = { 'content-type': 'application/json' };
@@ -320,6 +348,36 @@ for (const [name, available, makeStore] of stores) {
       expect(app.events.filter((e) => e.type === 'released')).toHaveLength(2);
     });
 
+    it('H8: a duplicate while the first still runs (wait: 0) is refused as request-in-progress, with when to retry', async () => {
+      const app = await start(makeStore());
+      const k = key();
+      const first = app.request('mutation { held }', { key: k, user: 'alice' });
+      await vi.waitFor(() => expect(app.counter.n).toBe(1), { timeout: 10_000 });
+      const duplicate = await app.request('mutation { held }', { key: k, user: 'alice' });
+      expect(duplicate.body.errors![0]!.extensions).toEqual({
+        code: 'request-in-progress',
+        type: 'urn:idempotency-kit:problem:request-in-progress',
+        status: 409,
+        retryAfterSeconds: 1,
+      });
+      app.gate.open();
+      expect((await first).body.data).toEqual({ held: 1 });
+      const replay = await app.request('mutation { held }', { key: k, user: 'alice' });
+      expect(replay.body.data).toEqual({ held: 1 });
+      expect(app.counter.n).toBe(1);
+    });
+
+    it('an Observable result is stored by its last value', async () => {
+      const app = await start(makeStore());
+      const k = key();
+      const first = await app.request('mutation { observed(amount: 40) }', { key: k, user: 'alice' });
+      expect(first.body.data).toEqual({ observed: 41 });
+      const again = await app.request('mutation { observed(amount: 40) }', { key: k, user: 'alice' });
+      expect(again.body).toEqual(first.body);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(app.counter.n).toBe(1);
+    });
+
     it('queries are not protected unless decorated; one header key names one mutation of a request', async () => {
       const app = await start(makeStore());
       const k = key();
@@ -344,6 +402,27 @@ for (const [name, available, makeStore] of stores) {
 }
 
 describe('nest graphql options', () => {
+  it('H12: a result larger than maxResponseBytes is answered; the retry is refused as not replayable, never run twice', async () => {
+    const app = await start(memoryStore(), { maxResponseBytes: 16 });
+    const k = key();
+    const first = await app.request(PAY, { key: k, user: 'alice', variables: { amount: 10 } });
+    expect(first.body.data!.pay).toMatchObject({ amount: 10, n: 1 });
+    const again = await app.request(PAY, { key: k, user: 'alice', variables: { amount: 10 } });
+    expect(again.body.errors![0]!.extensions).toMatchObject({ code: 'response-not-replayable', status: 409 });
+    expect(app.counter.n).toBe(1);
+  });
+
+  it('`fingerprint: { exclude }` paths apply to the arguments', async () => {
+    const app = await start(memoryStore(), { fingerprint: { exclude: ['input.note'] } });
+    const k = key();
+    const first = await app.request(PAY_WITH, { user: 'alice', variables: { input: { amount: 5, note: 'a', idempotencyKey: k } } });
+    const again = await app.request(PAY_WITH, { user: 'alice', variables: { input: { amount: 5, note: 'b', idempotencyKey: k } } });
+    expect(again.body).toEqual(first.body);
+    const other = await app.request(PAY_WITH, { user: 'alice', variables: { input: { amount: 6, note: 'a', idempotencyKey: k } } });
+    expect(other.body.errors![0]!.extensions).toMatchObject({ code: 'key-reused' });
+    expect(app.counter.n).toBe(1);
+  });
+
   it('a bad `keyArg` fails where it is written, with a TypeError naming it', () => {
     expect(() => Idempotent({ keyArg: 'input..key' })).toThrow(/Expected `keyArg` to be an argument name/);
     expect(() => IdempotencyModule.forRoot({ store: memoryStore(), keyArg: 42 as never })).toThrow(/Expected `keyArg`/);
