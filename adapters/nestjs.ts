@@ -63,7 +63,7 @@ import {
   sendResponse,
   setRequestBody,
 } from './internal/node-io.js';
-import { checkGraphqlOptions, graphqlExtensions, resolverCovered, runResolver, type GraphqlIdempotencyOptions } from './internal/nest-graphql.js';
+import { checkGraphqlOptions, checkResolverLayer, graphqlExtensions, resolverCovered, runResolver, type GraphqlIdempotencyOptions } from './internal/nest-graphql.js';
 
 export type { GraphqlContext, GraphqlIdempotencyOptions, ResolverInfo, ResolverKeyFunction } from './internal/nest-graphql.js';
 
@@ -252,15 +252,18 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   /** Builds the layer of every handler now, so a bad `@Idempotent()` option fails the start. */
   onModuleInit(): void {
     for (const module of this.#modules?.values() ?? []) {
-      for (const wrapper of module.controllers.values()) {
+      // GraphQL resolvers are providers (classes, not factories): checked the same way.
+      const resolvers = [...module.providers.values()].filter((wrapper) => !wrapper.inject);
+      for (const wrapper of [...module.controllers.values(), ...resolvers]) {
         const controller = wrapper.metatype as Type<unknown> | null | undefined;
-        if (typeof controller !== 'function') continue;
+        if (typeof controller !== 'function' || typeof controller.prototype !== 'object') continue;
         const proto = controller.prototype as Record<string, unknown>;
         for (const name of Object.getOwnPropertyNames(proto)) {
           const descriptor = Object.getOwnPropertyDescriptor(proto, name);
           if (name === 'constructor' || typeof descriptor?.value !== 'function') continue;
           try {
-            this.layerFor(controller, descriptor.value as Function);
+            const layer = this.layerFor(controller, descriptor.value as Function);
+            if (layer && !module.controllers.has(controller)) checkResolverLayer(layer);
           } catch (error) {
             if (error instanceof TypeError) error.message = `@Idempotent() on ${controller.name}.${name}: ${error.message}`;
             throw error;

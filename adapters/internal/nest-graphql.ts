@@ -127,6 +127,11 @@ function policyOf<Req>(layer: Idempotency<Req>): ResolverPolicy {
   return policy;
 }
 
+/** Check a resolver's options at module start (what `keyArg` and `fingerprint` mean there), as its first call would. */
+export function checkResolverLayer<Req>(layer: Idempotency<Req>): void {
+  policyOf(layer);
+}
+
 /** The GraphQL error `extensions` of a refusal: the library's code, problem type and status (docs/adapters/nestjs.md#graphql). */
 export function graphqlExtensions(error: IdempotencyError | undefined, status: number): Record<string, unknown> {
   if (!error) return { status };

@@ -144,6 +144,21 @@ class UnprotectedResolver {
   }
 }
 
+/** A `fingerprint` function (it gets the HTTP request) on a resolver: refused at start. */
+@Resolver()
+class BadResolver {
+  @Mutation(() => Int)
+  @Idempotent({ fingerprint: () => 1 })
+  bad(): number {
+    return 1;
+  }
+
+  @Query(() => Int)
+  ok(): number {
+    return 1;
+  }
+}
+
 /**
  * vitest's esbuild emits no decorator metadata, and `@Args()` reads the parameter types
  * from it even with an explicit type: written here as TypeScript would emit them.
@@ -426,6 +441,10 @@ describe('nest graphql options', () => {
   it('a bad `keyArg` fails where it is written, with a TypeError naming it', () => {
     expect(() => Idempotent({ keyArg: 'input..key' })).toThrow(/Expected `keyArg` to be an argument name/);
     expect(() => IdempotencyModule.forRoot({ store: memoryStore(), keyArg: 42 as never })).toThrow(/Expected `keyArg`/);
+  });
+
+  it("a resolver's options are checked at start: a TypeError naming the resolver and the option", async () => {
+    await expect(start(memoryStore(), {}, [BadResolver])).rejects.toThrow(/@Idempotent\(\) on BadResolver\.bad: A `fingerprint` function gets the HTTP request/);
   });
 
   it("`scope: 'shared'` lets a mutation without a user run; a scope function gets the context's request", async () => {
