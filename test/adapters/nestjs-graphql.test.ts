@@ -8,7 +8,10 @@ import 'reflect-metadata';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import { Inject, Module, UseGuards, type CanActivate, type ExecutionContext, type INestApplication, type Type } from '@nestjs/common';
+import { Inject, Injectable, Module, UseGuards, type CanActivate, type ExecutionContext, type INestApplication, type Type } from '@nestjs/common';
+import { JwtService } from '@nestjs/jwt';
+import { AuthGuard, PassportModule, PassportStrategy } from '@nestjs/passport';
+import { ExtractJwt, Strategy } from 'passport-jwt';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Args, Context, Field, GqlExecutionContext, GraphQLModule, ID, InputType, Int, Mutation, ObjectType, Query, Resolver } from '@nestjs/graphql';
 import { Test } from '@nestjs/testing';
@@ -128,6 +131,43 @@ class PaymentsResolver {
   }
 }
 
+const SECRET = 'nest-graphql-secret';
+const jwt = new JwtService({ secret: SECRET });
+
+@Injectable()
+class JwtStrategy extends PassportStrategy(Strategy) {
+  constructor() {
+    super({ jwtFromRequest: ExtractJwt.fromAuthHeaderAsBearerToken(), secretOrKey: SECRET });
+  }
+  validate(payload: { sub: string }) {
+    return { id: payload.sub };
+  }
+}
+
+/** Passport's JWT guard for GraphQL, as docs/adapters/nestjs.md#graphql writes it. */
+class GqlAuthGuard extends AuthGuard('jwt') {
+  override getRequest(context: ExecutionContext) {
+    return GqlExecutionContext.create(context).getContext<{ req: unknown }>().req;
+  }
+}
+
+@Resolver()
+@UseGuards(GqlAuthGuard)
+@Idempotent()
+class SecureResolver {
+  constructor(@Inject(COUNTER) private readonly counter: Counter) {}
+
+  @Mutation(() => String)
+  transfer(@Args('amount', { type: () => Int }) amount: number, @Context() ctx: Ctx): string {
+    return `${ctx.req.user!.id}:${amount}:${this.counter.hit()}`;
+  }
+
+  @Query(() => Int)
+  total(): number {
+    return this.counter.n;
+  }
+}
+
 /** The same mutation without `@Idempotent()`: the control. */
 @Resolver()
 class UnprotectedResolver {
@@ -169,6 +209,7 @@ paramTypes(PaymentsResolver, 'pay', [Number, Object]);
 paramTypes(PaymentsResolver, 'payWith', [PayInput, Object]);
 paramTypes(PaymentsResolver, 'fail', [Number]);
 paramTypes(PaymentsResolver, 'observed', [Number]);
+paramTypes(SecureResolver, 'transfer', [Number, Object]);
 
 interface GraphqlResult {
   status: number;
@@ -180,7 +221,7 @@ interface Started {
   counter: Counter;
   gate: Gate;
   events: IdempotencyEvent[];
-  request(query: string, options?: { key?: string; user?: string; variables?: Record<string, unknown> }): Promise<GraphqlResult>;
+  request(query: string, options?: { key?: string; user?: string; variables?: Record<string, unknown>; headers?: Record<string, string> }): Promise<GraphqlResult>;
   close(): Promise<void>;
 }
 
@@ -197,8 +238,9 @@ async function start(store: IdempotencyStore, options: Partial<IdempotencyModule
     imports: [
       IdempotencyModule.forRoot({ store, onEvent: (e) => events.push(e), ...options }),
       GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true, context: ({ req, res }: { req: unknown; res: unknown }) => ({ req, res }) }),
+      PassportModule,
     ],
-    providers: [...resolvers, { provide: COUNTER, useValue: counter }, { provide: GATE, useValue: gate }],
+    providers: [...resolvers, JwtStrategy, { provide: COUNTER, useValue: counter }, { provide: GATE, useValue: gate }],
   })
   class AppModule {}
   const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
@@ -210,8 +252,8 @@ async function start(store: IdempotencyStore, options: Partial<IdempotencyModule
     counter,
     gate,
     events,
-    async request(query, { key, user, variables } = {}) {
-      const headers: Record<string, string> = { 'content-type': 'application/json' };
+    async request(query, { key, user, variables, headers: extra } = {}) {
+      const headers: Record<string, string> = { 'content-type': 'application/json', ...extra };
       if (key !== undefined) headers['idempotency-key'] = key;
       if (user !== undefined) headers['x-user'] = user;
       const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ query, variables }) });
@@ -328,6 +370,26 @@ for (const [name, available, makeStore] of stores) {
       expect(bob.headers.get('idempotent-replayed')).toBeNull();
       const aliceAgain = await app.request(PAY, { key: k, user: 'alice', variables: { amount: 10 } });
       expect(aliceAgain.body).toEqual(alice.body);
+      expect(app.counter.n).toBe(2);
+    });
+
+    it('H15: behind a Passport JWT guard: two users with one key never share a result; no token is refused before the store', async () => {
+      const app = await start(makeStore(), {}, [SecureResolver]);
+      const k = key();
+      const transfer = (sub?: string, amount = 10) =>
+        app.request(`mutation { transfer(amount: ${amount}) }`, { key: k, headers: sub ? { authorization: `Bearer ${jwt.sign({ sub })}` } : {} });
+      const alice = await transfer('alice');
+      expect(alice.body.data).toEqual({ transfer: 'alice:10:1' });
+      const bob = await transfer('bob');
+      expect(bob.body.data).toEqual({ transfer: 'bob:10:2' });
+      const aliceAgain = await transfer('alice');
+      expect(aliceAgain.body).toEqual(alice.body);
+      expect(aliceAgain.headers.get('idempotent-replayed')).toBe('true');
+      // Bob's key space has his own record: other arguments with it are refused for him.
+      expect((await transfer('bob', 11)).body.errors![0]!.extensions).toMatchObject({ code: 'key-reused' });
+      const anonymous = await transfer(undefined);
+      expect(anonymous.body.errors![0]!.extensions).toMatchObject({ code: 'UNAUTHENTICATED' });
+      expect(anonymous.headers.get('idempotent-replayed')).toBeNull();
       expect(app.counter.n).toBe(2);
     });
 
