@@ -169,6 +169,20 @@ export function resolverCovered(info: ResolverInfo | undefined, ownDecorator: bo
   return operation === 'query' && ownDecorator;
 }
 
+interface ResponseStream {
+  once(event: 'close', listener: () => void): unknown;
+  off(event: 'close', listener: () => void): unknown;
+  writableEnded?: boolean;
+}
+
+/** The Node response of the operation's HTTP request (Express's `res`, Fastify's `reply.raw`), when the context leads to it. */
+function responseStream(context: GraphqlContext): ResponseStream | undefined {
+  const res = (context.res ?? context.reply ?? context.req?.res) as (Partial<ResponseStream> & { raw?: Partial<ResponseStream> }) | undefined;
+  const raw = res?.raw ?? res;
+  if (!raw || typeof raw.once !== 'function' || typeof raw.off !== 'function' || raw.writableEnded) return undefined;
+  return raw as ResponseStream;
+}
+
 function setReplayedHeader(context: GraphqlContext): void {
   const res = (context.res ?? context.reply ?? context.req?.res) as
     | { header?(name: string, value: string): unknown; setHeader?(name: string, value: string): unknown; headersSent?: boolean; sent?: boolean }
@@ -264,6 +278,11 @@ export async function runResolver<Req>(
   }
 
   const { lease } = acquired;
+  // The client gone before the result (its response closed first): renewals stop, so a
+  // resolver that hangs frees its key after leaseMs; a result that still comes is stored.
+  const response = responseStream(context);
+  const gone = () => lease.abandon();
+  response?.once('close', gone);
   let result: unknown;
   try {
     result = await deps.run();
@@ -272,6 +291,8 @@ export async function runResolver<Req>(
     // key is released, so a retry runs the mutation again.
     await lease.release().catch((releaseError: unknown) => layer.engine.storeError('release', key, scopeValue, releaseError));
     throw error;
+  } finally {
+    response?.off('close', gone);
   }
   let body: Uint8Array | null;
   try {

@@ -218,6 +218,7 @@ interface GraphqlResult {
 }
 
 interface Started {
+  url: string;
   counter: Counter;
   gate: Gate;
   events: IdempotencyEvent[];
@@ -249,6 +250,7 @@ async function start(store: IdempotencyStore, options: Partial<IdempotencyModule
   const { port } = (nest.getHttpServer() as http.Server).address() as AddressInfo;
   const url = `http://127.0.0.1:${port}/graphql`;
   const app: Started = {
+    url,
     counter,
     gate,
     events,
@@ -442,6 +444,40 @@ for (const [name, available, makeStore] of stores) {
       const replay = await app.request('mutation { held }', { key: k, user: 'alice' });
       expect(replay.body.data).toEqual({ held: 1 });
       expect(app.counter.n).toBe(1);
+    });
+
+    it('H13 H17 H18: the client gone mid-mutation stops the lease renewal: a resolver that hangs frees its key after leaseMs', async () => {
+      const app = await start(makeStore(), { leaseMs: 600 });
+      const k = key();
+      const aborted = new AbortController();
+      const first = fetch(app.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'idempotency-key': k, 'x-user': 'alice' },
+        body: JSON.stringify({ query: 'mutation { held }' }),
+        signal: aborted.signal,
+      }).catch((error: unknown) => error);
+      await vi.waitFor(() => expect(app.counter.n).toBe(1), { timeout: 10_000 });
+      aborted.abort();
+      await first;
+      // Renewed, the claim would hold for as long as the resolver hangs (every retry 409).
+      // Freed after the lease, a retry claims the key and runs the resolver again.
+      const retries: Promise<GraphqlResult>[] = [];
+      await vi.waitFor(
+        () => {
+          if (app.counter.n < 2) retries.push(app.request('mutation { held }', { key: k, user: 'alice' }));
+          expect(app.counter.n).toBe(2);
+        },
+        { timeout: 10_000, interval: 100 },
+      );
+      app.gate.open();
+      const answers = await Promise.all(retries);
+      expect(answers.filter((a) => a.body.data?.held === 2)).toHaveLength(1);
+      expect(answers.every((a) => a.body.data?.held === 2 || a.body.errors?.[0]?.extensions?.code === 'request-in-progress')).toBe(true);
+      // The first run ends too, late: its write is refused by token (H18); the second's result stays.
+      await vi.waitFor(() => expect(app.events.find((e) => e.type === 'lease-lost')).toMatchObject({ operation: 'complete' }), { timeout: 10_000 });
+      const replay = await app.request('mutation { held }', { key: k, user: 'alice' });
+      expect(replay.body.data).toEqual({ held: 2 });
+      expect(app.counter.n).toBe(2);
     });
 
     it('an Observable result is stored by its last value', async () => {
