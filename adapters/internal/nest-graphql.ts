@@ -99,7 +99,8 @@ function policyOf<Req>(layer: Idempotency<Req>): ResolverPolicy {
   if (typeof fingerprint === 'function') {
     throw new TypeError(
       'A `fingerprint` function gets the HTTP request and does not apply to a GraphQL resolver: pass ' +
-        "`fingerprint: { include: [...] }` or `{ exclude: [...] }`, paths into the mutation's arguments",
+        "`fingerprint: { include: [...] }` or `{ exclude: [...] }`, paths into the mutation's arguments " +
+        '(`{ exclude: [] }` on the resolver when the function is the module\'s, for its HTTP routes)',
     );
   }
   const path = typeof keyArg === 'string' ? keyArg.split('.') : undefined;
@@ -117,7 +118,9 @@ function policyOf<Req>(layer: Idempotency<Req>): ResolverPolicy {
         : path &&
           ((args) => {
             let value: unknown = args;
-            for (const segment of path) value = typeof value === 'object' && value !== null ? (value as Record<string, unknown>)[segment] : undefined;
+            for (const segment of path) {
+              value = typeof value === 'object' && value !== null && Object.hasOwn(value, segment) ? (value as Record<string, unknown>)[segment] : undefined;
+            }
             return value;
           }),
     keyArgName: typeof keyArg === 'string' ? `the \`${keyArg}\` argument` : keyArg ? 'the `keyArg` function' : undefined,

@@ -125,6 +125,14 @@ class PaymentsResolver {
     return n;
   }
 
+  /** GraphQL reads the selected fields of a cyclic object; the store cannot keep it. */
+  @Mutation(() => Payment)
+  cyclic() {
+    const payment: Record<string, unknown> = { id: 'p-1', amount: 1, n: this.counter.hit() };
+    payment.self = payment;
+    return payment;
+  }
+
   @Query(() => Int)
   count(): number {
     return this.counter.hit();
@@ -522,6 +530,16 @@ describe('nest graphql options', () => {
     expect(first.body.data!.pay).toMatchObject({ amount: 10, n: 1 });
     const again = await app.request(PAY, { key: k, user: 'alice', variables: { amount: 10 } });
     expect(again.body.errors![0]!.extensions).toMatchObject({ code: 'response-not-replayable', status: 409 });
+    expect(app.counter.n).toBe(1);
+  });
+
+  it('a result the store cannot keep (a cycle) is answered; the retry is refused as not replayable, never run twice', async () => {
+    const app = await start(memoryStore());
+    const k = key();
+    const first = await app.request('mutation { cyclic { id n } }', { key: k, user: 'alice' });
+    expect(first.body.data).toEqual({ cyclic: { id: 'p-1', n: 1 } });
+    const again = await app.request('mutation { cyclic { id n } }', { key: k, user: 'alice' });
+    expect(again.body.errors![0]!.extensions).toMatchObject({ code: 'response-not-replayable' });
     expect(app.counter.n).toBe(1);
   });
 
