@@ -47,7 +47,7 @@ import {
   type Type,
 } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
-import { Observable, from, mergeMap, throwError, catchError, tap, of } from 'rxjs';
+import { Observable, defer, from, lastValueFrom, mergeMap, throwError, catchError, tap, of } from 'rxjs';
 import type { IdempotencyError } from '../src/errors.js';
 import type { RawBody } from '../src/fingerprint.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
@@ -64,8 +64,10 @@ import {
   setRequestBody,
 } from './internal/node-io.js';
 import { NestRpc, checkRpcOptions, type IdempotentRpcOptions } from './internal/nest-rpc.js';
+import { checkGraphqlOptions, checkResolverLayer, graphqlExtensions, resolverCovered, runResolver, type GraphqlIdempotencyOptions } from './internal/nest-graphql.js';
 
 export type { IdempotentRpcOptions, RpcContext, RpcRefusal } from './internal/nest-rpc.js';
+export type { GraphqlContext, GraphqlIdempotencyOptions, ResolverInfo, ResolverKeyFunction } from './internal/nest-graphql.js';
 
 /**
  * The request as a Nest handler sees it: Express's `req` on @nestjs/platform-express, the
@@ -81,14 +83,15 @@ export interface NestRequest {
   [name: string]: unknown;
 }
 
-/** What `@Idempotent()` takes on a class or a handler: any option but the store. */
-export type IdempotentOptions = Partial<Omit<IdempotencyOptions<NestRequest>, 'store'>> & {
-  /** For `@MessagePattern()` / `@EventPattern()` handlers: the message's key, scope and fingerprint (docs/adapters/nestjs.md#microservices). */
-  rpc?: IdempotentRpcOptions;
-};
+/** What `@Idempotent()` takes on a class or a handler: any option but the store (`keyArg` for GraphQL resolvers). */
+export type IdempotentOptions = Partial<Omit<IdempotencyOptions<NestRequest>, 'store'>> &
+  GraphqlIdempotencyOptions & {
+    /** For `@MessagePattern()` / `@EventPattern()` handlers: the message's key, scope and fingerprint (docs/adapters/nestjs.md#microservices). */
+    rpc?: IdempotentRpcOptions;
+  };
 
 /** `IdempotencyModule.forRoot` options: every option of the layer, `store` an instance or a URL. */
-export interface IdempotencyModuleOptions extends Omit<IdempotencyOptions<NestRequest>, 'store'> {
+export interface IdempotencyModuleOptions extends Omit<IdempotencyOptions<NestRequest>, 'store'>, GraphqlIdempotencyOptions {
   /**
    * A store instance (left open at shutdown: its owner closes it), or a store URL
    * (`redis://`, `postgres://`, `mysql://`, `sqlite:`, `memory:`): the module creates that
@@ -141,6 +144,7 @@ export function Idempotent(options: IdempotentOptions | false = {}): ClassDecora
   if (options !== false && 'store' in options) {
     throw new TypeError('`store` is a module option (IdempotencyModule.forRoot({ store })), not an @Idempotent() option');
   }
+  if (options !== false) checkGraphqlOptions(options);
   return SetMetadata(IDEMPOTENT_METADATA, options);
 }
 
@@ -159,6 +163,12 @@ export function SkipIdempotency(): ClassDecorator & MethodDecorator {
 export class IdempotencyRejection extends HttpException {
   /** The layer's error (`.code`: `key-missing`, `request-in-progress`, ...). */
   readonly error: IdempotencyError | undefined;
+  /**
+   * The refusal as GraphQL error extensions (`code`: the problem code, `type`, `status`,
+   * `reason`, `retryAfterSeconds`): thrown from a resolver, graphql-js copies them onto the
+   * GraphQL error.
+   */
+  readonly extensions: Record<string, unknown>;
   /** The headers of the refusal, as sent without a filter. */
   readonly headers: Record<string, string | string[]>;
 
@@ -174,6 +184,7 @@ export class IdempotencyRejection extends HttpException {
     this.name = 'IdempotencyRejection';
     this.error = error;
     this.headers = response.headers;
+    this.extensions = graphqlExtensions(error, response.status);
   }
 
   /** The layer's error code, e.g. `request-in-progress`. */
@@ -245,22 +256,25 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   constructor(layer: Idempotency<NestRequest>, modules?: ModulesContainer, options?: IdempotencyModuleOptions) {
     this.#layer = layer;
     this.#modules = modules;
-    const read = (target: object) => this.#reflector.get<IdempotentOptions | false | undefined>(IDEMPOTENT_METADATA, target as Function);
+    const read = (target: object) => this.#reflector.get<Record<string, unknown> | false | undefined>(IDEMPOTENT_METADATA, target as Function);
     this.#rpc = new NestRpc(options ?? {}, layer.engine.options.store, read);
   }
 
   /** Builds the layer of every handler now, so a bad `@Idempotent()` option fails the start. */
   onModuleInit(): void {
     for (const module of this.#modules?.values() ?? []) {
-      for (const wrapper of module.controllers.values()) {
+      // GraphQL resolvers are providers (classes, not factories): checked the same way.
+      const resolvers = [...module.providers.values()].filter((wrapper) => !wrapper.inject);
+      for (const wrapper of [...module.controllers.values(), ...resolvers]) {
         const controller = wrapper.metatype as Type<unknown> | null | undefined;
-        if (typeof controller !== 'function') continue;
+        if (typeof controller !== 'function' || typeof controller.prototype !== 'object') continue;
         const proto = controller.prototype as Record<string, unknown>;
         for (const name of Object.getOwnPropertyNames(proto)) {
           const descriptor = Object.getOwnPropertyDescriptor(proto, name);
           if (name === 'constructor' || typeof descriptor?.value !== 'function') continue;
           try {
-            this.layerFor(controller, descriptor.value as Function);
+            const layer = this.layerFor(controller, descriptor.value as Function);
+            if (layer && !module.controllers.has(controller)) checkResolverLayer(layer);
             if (NestRpc.isMessageHandler(descriptor.value as Function)) this.#rpc.protectionFor(controller, descriptor.value as Function);
           } catch (error) {
             if (error instanceof TypeError) error.message = `@Idempotent() on ${controller.name}.${name}: ${error.message}`;
@@ -302,6 +316,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     if (context.getType() === 'rpc') return this.#rpc.intercept(context, next);
+    if (context.getType<string>() === 'graphql') return this.#resolver(context, next);
     if (context.getType() !== 'http') return next.handle();
     const controller = context.getClass();
     const handler = context.getHandler();
@@ -382,6 +397,21 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     );
   }
 
+  /** A GraphQL resolver (adapters/internal/nest-graphql.ts): protected mutations run once per key. */
+  #resolver(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const handler = context.getHandler();
+    const layer = this.layerFor(context.getClass(), handler);
+    const args = context.getArgs();
+    const own = this.#reflector.get<IdempotentOptions | false | undefined>(IDEMPOTENT_METADATA, handler);
+    if (!layer || !resolverCovered(args[3] as never, own !== undefined && own !== false)) return next.handle();
+    return defer(() =>
+      runResolver(layer, args, {
+        run: () => lastValueFrom(next.handle(), { defaultValue: undefined }),
+        reject: (response, error, message) => Object.assign(new IdempotencyRejection(response, error), { message }),
+      }),
+    );
+  }
+
   async #begin(layer: Idempotency<NestRequest>, req: NestRequest & { originalUrl?: string }, rawReq: IncomingMessage) {
     let raw: RawBody | undefined;
     const decision = await layer.begin({
@@ -421,6 +451,7 @@ function checkOptions(options: unknown): asserts options is IdempotencyModuleOpt
   if (typeof options !== 'object' || options === null) {
     throw new TypeError(`Expected IdempotencyModule options to be an object, got ${String(options)}`);
   }
+  checkGraphqlOptions(options);
   const { store, rpc } = options as { store?: unknown; rpc?: unknown };
   checkRpcOptions(rpc);
   if (typeof store === 'string') return;

@@ -327,16 +327,8 @@ export class Idempotency<Req = unknown> {
       throw error;
     }
     const options = this.#options;
-    let scope: string | undefined;
-    if (typeof options.scope === 'function') {
-      // Only a non-empty string or a finite number is an identity: anything else (NaN from
-      // `Number(id)`, '', undefined, an object) is refused, never the shared space.
-      scope = identity(await options.scope(request.raw));
-      if (scope === undefined) return this.#problem(this.#scopeInvalid());
-    } else if (options.scope === undefined) {
-      scope = identity(this.#defaults!.principal!(request.raw));
-      if (scope === undefined) return this.#problem(this.#scopeRequired());
-    }
+    const scope = await this.scopeFor(request.raw);
+    if (scope instanceof ScopeRequiredError) return this.#problem(scope);
     const fingerprint = requestFingerprint({
       method: request.method,
       url: request.url,
@@ -368,6 +360,34 @@ export class Idempotency<Req = unknown> {
       }
       return this.#problem(error);
     }
+  }
+
+  /**
+   * The key space of a request by the `scope` option, or the adapter's principal without
+   * one: `undefined` for `'shared'`, a ScopeRequiredError (to answer, not throw) when the
+   * request has no identity. Adapters that protect something other than an HTTP request
+   * with these options (a GraphQL resolver) ask it here, so the rule stays in one place.
+   */
+  async scopeFor(raw: Req): Promise<string | undefined | ScopeRequiredError> {
+    const options = this.#options;
+    if (typeof options.scope === 'function') {
+      // Only a non-empty string or a finite number is an identity: anything else (NaN from
+      // `Number(id)`, '', undefined, an object) is refused, never the shared space.
+      return identity(await options.scope(raw)) ?? this.#scopeInvalid();
+    }
+    if (options.scope === undefined) return identity(this.#defaults!.principal!(raw)) ?? this.#scopeRequired();
+    return undefined;
+  }
+
+  /** The ttl of a record completed for `raw` with `response`: the `ttl` option, or what its function returns (checked). */
+  ttlFor(raw: Req, response: CapturedResponse, key: string, scope: string | undefined): number {
+    const ttl = this.#ttl;
+    return this.engine.ttlFor(ttl && (() => ttl(raw, response)), key, scope);
+  }
+
+  /** The options the layer was made with (after `with()`), as given: adapters read their own options here. */
+  get options(): Readonly<IdempotencyOptions<Req>> {
+    return this.#options;
   }
 
   #scopeRequired(): ScopeRequiredError {

@@ -105,3 +105,18 @@ export function parseIdempotencyKey(value: string | readonly string[] | undefine
   if (key.length > maxKeyLength) return invalid('too-long');
   return { key };
 }
+
+/**
+ * A key given as a value rather than a header (a GraphQL argument), taken as it is: no
+ * quoting or parameters, the header's other rules (not empty, at most `maxKeyLength`
+ * characters, printable ASCII).
+ */
+export function checkKey(key: string, maxKeyLength: number): KeyParseResult {
+  if (key === '') return invalid('empty');
+  for (let i = 0; i < key.length; i++) {
+    const problem = charProblem(key.charCodeAt(i));
+    if (problem) return invalid(problem);
+  }
+  if (key.length > maxKeyLength) return invalid('too-long');
+  return { key };
+}

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { IdempotencyKeyError } from '../../src/errors.js';
-import { parseIdempotencyKey } from '../../src/key.js';
+import { checkKey, parseIdempotencyKey } from '../../src/key.js';
 
 const key = (value: string | string[] | undefined, max = 255) => parseIdempotencyKey(value, max);
 const reason = (value: string | string[] | undefined, max = 255) => {
@@ -88,5 +88,27 @@ describe('key parsing', () => {
     expect(error).toBeInstanceOf(IdempotencyKeyError);
     expect(error.code).toBe('key-invalid');
     expect(error.status).toBe(400);
+  });
+});
+
+describe('a key given as a value (checkKey: a GraphQL argument)', () => {
+  const reasonOf = (value: string, max = 255) => {
+    const result = checkKey(value, max);
+    if (result.key !== undefined) throw new Error(`expected an error, got key ${result.key}`);
+    return result.error?.reason;
+  };
+
+  it('H3 H5: taken as it is: quotes, commas and semicolons are part of the key', () => {
+    expect(checkKey('"abc"', 255)).toEqual({ key: '"abc"' });
+    expect(checkKey('a,b;c=1', 255)).toEqual({ key: 'a,b;c=1' });
+    expect(checkKey('AbC', 255)).toEqual({ key: 'AbC' });
+  });
+
+  it('H4: empty, too long, non-printable, non-ASCII', () => {
+    expect(reasonOf('')).toBe('empty');
+    expect(reasonOf('a'.repeat(11), 10)).toBe('too-long');
+    expect(checkKey('a'.repeat(10), 10)).toEqual({ key: 'a'.repeat(10) });
+    expect(reasonOf('a\tb')).toBe('non-printable');
+    expect(reasonOf('caf\u00e9')).toBe('non-ascii');
   });
 });
