@@ -77,10 +77,15 @@ export function send(baseUrl: string, options: SendOptions): Promise<Reply> {
 }
 
 /** Send a request and close the connection after `afterMs`, before the answer (H13). */
-export async function sendAndAbort(baseUrl: string, options: SendOptions, afterMs: number): Promise<void> {
+export function sendAndAbort(baseUrl: string, options: SendOptions, afterMs: number): Promise<void> {
+  return sendAndAbortWhen(baseUrl, options, () => new Promise((resolve) => setTimeout(resolve, afterMs)));
+}
+
+/** Send a request and close the connection once `ready()` resolves (the handler started, say), before the answer. */
+export async function sendAndAbortWhen(baseUrl: string, options: SendOptions, ready: () => Promise<unknown>): Promise<void> {
   const { request, done } = open(baseUrl, options);
   done.catch(() => {});
-  await new Promise((resolve) => setTimeout(resolve, afterMs));
+  await ready();
   request.destroy();
 }
 

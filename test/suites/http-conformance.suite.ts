@@ -13,7 +13,7 @@ import type { IdempotencyEvent } from '../../src/events.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { startApp, type AppBuilder, type AppOptions, type RunningApp } from '../adapters/apps.js';
-import { expectProblem, send, sendAndAbort, type Reply, type SendOptions } from '../adapters/client.js';
+import { expectProblem, send, sendAndAbortWhen, type Reply, type SendOptions } from '../adapters/client.js';
 import { countingStore, hangingStore, type StoreMethod } from '../adapters/store-wrappers.js';
 import { earlyAnswerSuite } from './early-answer.suite.js';
 import { fingerprintHttpSuite } from './fingerprint-http.suite.js';
@@ -26,6 +26,12 @@ export interface ScenarioContext {
   /** A key no other test uses (the Redis store is shared). */
   key(suffix?: string): string;
   send(options: SendOptions): Promise<Reply>;
+  /**
+   * Resolves once the app's handler for `route` has started `n` times (so its key is
+   * claimed): what a scenario waits for before sending a duplicate, instead of a fixed sleep
+   * a loaded machine may outlast or fall short of.
+   */
+  started(route: string, n?: number): Promise<void>;
   /** Calls the app made to its store, per method. */
   storeCalls: Record<StoreMethod, number>;
   events: IdempotencyEvent[];
@@ -249,7 +255,7 @@ export const scenarios: Scenario[] = [
     async run(t) {
       const key = t.key();
       const first = t.send({ path: '/slow?ms=300', key, body: payment(1) });
-      await sleep(60);
+      await t.started('slow');
       const duplicate = await t.send({ path: '/slow?ms=300', key, body: payment(1) });
       const original = await first;
       expect(original.status).toBe(201);
@@ -265,12 +271,13 @@ export const scenarios: Scenario[] = [
     options: { wait: 0 },
     async run(t) {
       const key = t.key();
-      const first = t.send({ path: '/slow?ms=300', key, body: payment(1) });
-      await sleep(60);
+      // The first runs for 1.5 s: the duplicate comes while it runs, however loaded the machine.
+      const first = t.send({ path: '/slow?ms=1500', key, body: payment(1) });
+      await t.started('slow');
       // A 409, not a replay: it did not wait for the first to finish.
-      expectProblem(await t.send({ path: '/slow?ms=300', key, body: payment(1) }), 409, 'request-in-progress');
+      expectProblem(await t.send({ path: '/slow?ms=1500', key, body: payment(1) }), 409, 'request-in-progress');
       const original = await first;
-      const retry = await t.send({ path: '/slow?ms=300', key, body: payment(1) });
+      const retry = await t.send({ path: '/slow?ms=1500', key, body: payment(1) });
       expect(retry.body.equals(original.body)).toBe(true);
       expect(retry.headers['idempotent-replayed']).toBe('true');
       expect(t.app.calls.count('slow')).toBe(1);
@@ -282,9 +289,9 @@ export const scenarios: Scenario[] = [
     options: { wait: 100 },
     async run(t) {
       const key = t.key();
-      const first = t.send({ path: '/slow?ms=300', key, body: payment(1) });
-      await sleep(60);
-      expectProblem(await t.send({ path: '/slow?ms=300', key, body: payment(1) }), 409, 'request-in-progress');
+      const first = t.send({ path: '/slow?ms=1500', key, body: payment(1) });
+      await t.started('slow');
+      expectProblem(await t.send({ path: '/slow?ms=1500', key, body: payment(1) }), 409, 'request-in-progress');
       expect((await first).status).toBe(201);
       expect(t.app.calls.count('slow')).toBe(1);
     },
@@ -295,7 +302,7 @@ export const scenarios: Scenario[] = [
     async run(t) {
       const key = t.key();
       const first = t.send({ path: '/slow?ms=150&status=503', key, body: payment(1) });
-      await sleep(60);
+      await t.started('slow');
       const duplicate = await t.send({ path: '/slow?ms=150&status=503', key, body: payment(1) });
       expect((await first).status).toBe(503);
       expect(duplicate.status).toBe(503);
@@ -443,7 +450,7 @@ export const scenarios: Scenario[] = [
     title: 'a client that disconnects mid-request does not stop the handler; the retry replays',
     async run(t) {
       const key = t.key();
-      await sendAndAbort(t.app.url, { path: '/slow?ms=300', key, body: payment(9) }, 80);
+      await sendAndAbortWhen(t.app.url, { path: '/slow?ms=300', key, body: payment(9) }, () => t.started('slow'));
       const retry = await t.send({ path: '/slow?ms=300', key, body: payment(9) });
       expect(retry.status).toBe(201);
       expect(retry.headers['idempotent-replayed']).toBe('true');
@@ -460,7 +467,7 @@ export const scenarios: Scenario[] = [
       const key = t.key();
       const hangMs = 8000;
       const started = Date.now();
-      await sendAndAbort(t.app.url, { path: `/slow?ms=${hangMs}`, key, body: payment(9) }, 100);
+      await sendAndAbortWhen(t.app.url, { path: `/slow?ms=${hangMs}`, key, body: payment(9) }, () => t.started('slow'));
       // Renewed (the bug), the key answers 409 until the first run ends, then replays it.
       // Freed after the lease, a retry runs the handler again (its second run, n = 2).
       let retry: Reply;
@@ -540,7 +547,7 @@ export const scenarios: Scenario[] = [
     async run(t) {
       const key = t.key();
       const first = t.send({ path: '/slow?ms=500', key, body: payment(1) });
-      await sleep(60);
+      await t.started('slow');
       const started = Date.now();
       expectProblem(await t.send({ path: '/slow?ms=500', key, body: payment(2) }), 422, 'key-reused');
       expect(Date.now() - started, 'answered without waiting for the first').toBeLessThan(400);
@@ -661,12 +668,12 @@ export const scenarios: Scenario[] = [
     options: { wait: 0 },
     async run(t) {
       const key = t.key();
-      const first = t.send({ path: '/slow?ms=250', key, body: payment(1) });
-      await sleep(60);
-      expectProblem(await t.send({ path: '/slow?ms=250', key, body: payment(1) }), 409, 'request-in-progress');
-      expectProblem(await t.send({ path: '/slow?ms=250', key, body: payment(2) }), 422, 'key-reused');
+      const first = t.send({ path: '/slow?ms=1500', key, body: payment(1) });
+      await t.started('slow');
+      expectProblem(await t.send({ path: '/slow?ms=1500', key, body: payment(1) }), 409, 'request-in-progress');
+      expectProblem(await t.send({ path: '/slow?ms=1500', key, body: payment(2) }), 422, 'key-reused');
       const original = await first;
-      const replay = await t.send({ path: '/slow?ms=250', key, body: payment(1) });
+      const replay = await t.send({ path: '/slow?ms=1500', key, body: payment(1) });
       expect(replay.body.equals(original.body)).toBe(true);
       expect(t.events.filter((e) => e.type === 'completed')).toHaveLength(1);
     },
@@ -820,6 +827,15 @@ export function runScenarios(adapter: string, host: () => ScenarioHost, table: S
             const reply = await send(app.url, options);
             await hosted.sync?.();
             return reply;
+          },
+          started: async (route, times = 1) => {
+            const deadline = Date.now() + 20_000;
+            for (;;) {
+              await hosted.sync?.();
+              if (app.calls.count(route) >= times) return;
+              if (Date.now() > deadline) throw new Error(`the ${route} handler did not start ${times} time(s) within 20 s`);
+              await sleep(5);
+            }
           },
           storeCalls: observed.storeCalls,
           events: observed.events,
