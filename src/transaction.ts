@@ -91,6 +91,11 @@ function requestTransaction(req: object): RequestTransaction | undefined {
   return (req as { [REQUEST_TRANSACTION]?: RequestTransaction })[REQUEST_TRANSACTION] ?? requestTransactions.get(req);
 }
 
+/** Whether the HTTP layer let this request through to its handler, so `inTransaction(req)` can run. */
+export function hasRequestTransaction(req: object): boolean {
+  return requestTransaction(req) !== undefined;
+}
+
 /** The response as it is stored and sent: body bytes, and a content type for JSON or text. */
 export function toHttpResponse(response: TransactionResponse): HttpResponse {
   if (typeof response !== 'object' || response === null || !Number.isInteger(response.status)) {
