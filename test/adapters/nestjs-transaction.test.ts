@@ -9,6 +9,9 @@ import 'reflect-metadata';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { randomUUID } from 'node:crypto';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { BadRequestException, Body, Controller, HttpCode, Inject, Module, Post, type INestApplication } from '@nestjs/common';
 import { ExpressAdapter } from '@nestjs/platform-express';
@@ -26,6 +29,8 @@ import {
 import { postgresStore } from '../../drivers/postgres.js';
 import { memoryStore } from '../../drivers/memory.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
+import { importsFromSources } from '../helpers/package-imports.js';
+import { freePort, untilListening } from '../helpers/ports.js';
 import { startWorker } from '../helpers/worker-process.js';
 import { send } from './client.js';
 
@@ -376,6 +381,46 @@ describe.skipIf(!available)('NestJS: @IdempotentTransaction() commits the handle
       (nest.getHttpServer() as http.Server).closeAllConnections();
       await nest.close();
       await memory.close();
+    }
+  });
+
+  it('docs/adapters/nestjs.md: the Transactions example runs as written (one order per key, the committed response replayed)', async () => {
+    const root = fileURLToPath(new URL('../../', import.meta.url));
+    const page = readFileSync(join(root, 'docs/adapters/nestjs.md'), 'utf8');
+    const code = /```ts\n([\s\S]*?)```/.exec(page.slice(page.indexOf('## Transactions (PostgreSQL)\n')))?.[1];
+    expect(code).toBeDefined();
+    // Where the project's tsconfig (experimentalDecorators) applies to it, as in test/adapters/docs.test.ts.
+    const home = join(root, 'test', `docs-copy-${randomUUID().slice(0, 8)}`);
+    mkdirSync(home, { recursive: true });
+    const file = join(home, 'nest-transaction.mts');
+    writeFileSync(file, importsFromSources(code!));
+    const table = `ik_nest_docs_orders_${suffix}`;
+    const port = await freePort();
+    const { IDEMPOTENCY_STORE: _ignored, ...env } = process.env;
+    const child = spawn(process.execPath, ['--import', 'tsx', file], {
+      cwd: root,
+      env: { ...env, PORT: String(port), DATABASE_URL: POSTGRES_URL, ORDERS_TABLE: table },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (chunk) => (output += chunk));
+    child.stderr.on('data', (chunk) => (output += chunk));
+    try {
+      await untilListening(port, () => (child.exitCode === null ? undefined : output));
+      const url = `http://127.0.0.1:${port}`;
+      const order = { path: '/orders', key: randomUUID(), body: { sku: 'A1' }, headers: { 'x-account-id': 'acct_1' } };
+      const first = await send(url, order);
+      expect(first.status, output + first.text).toBe(201);
+      const { id } = first.json<{ id: number }>();
+      expect(first.json()).toEqual({ id, sku: 'A1' });
+      expect(first.headers.location).toBe(`/orders/${id}`);
+      const again = await send(url, order);
+      expect([again.status, again.headers['idempotent-replayed'], again.text]).toEqual([201, 'true', first.text]);
+      expect(Number((await pool.query(`SELECT count(*) AS n FROM "${table}"`)).rows[0].n)).toBe(1);
+    } finally {
+      child.kill('SIGTERM');
+      rmSync(home, { recursive: true, force: true });
+      await pool.query(`DROP TABLE IF EXISTS "${table}"`);
     }
   });
 });
