@@ -4,12 +4,12 @@
  * child processes (bench/server.ts); autocannon drives them from this process.
  *
  * Options:
- *   --quick              a smoke run (< 1 min): node, express and fetch:text on memory, short runs
+ *   --quick              a smoke run (< 1 min): node, express, fetch:text and nestjs on memory, short runs
  *   --duration=S         seconds per measured run (default 5, quick 1)
  *   --warmup=S           seconds of warm-up load before each measured run (default 1, quick 0.3)
  *   --connections=N      autocannon connections (default 32)
  *   --repeats=N          runs of every case (a fresh server each), median reported (default 3, quick 1)
- *   --adapters=a,b       subset of node,express,fastify,koa,hono,hono:<style>,fetch:<style> (styles: bench/apps.ts)
+ *   --adapters=a,b       subset of node,express,fastify,koa,hono,hono:<style>,fetch:<style>,nestjs (styles: bench/apps.ts)
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
  *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting --no-encryption   skip a part
@@ -75,16 +75,18 @@ const ALL_ADAPTERS = [
   'hono',
   ...HONO_STYLES.filter((s) => s !== 'body').map((s) => `hono:${s}`),
   ...FETCH_STYLES.map((s) => `fetch:${s}`),
+  // NestJS on its Express platform: IdempotencyModule + @Idempotent() against a bare Nest handler.
+  'nestjs',
 ];
 const ALL_STORES = ['memory', 'sqlite', 'redis', 'postgres'] as const;
 type AdapterName = string;
 type StoreName = (typeof ALL_STORES)[number];
-const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express', 'fetch:text'] : [...ALL_ADAPTERS])) as AdapterName[];
+const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express', 'fetch:text', 'nestjs'] : [...ALL_ADAPTERS])) as AdapterName[];
 /** The framework of an adapter name (`fetch:text` -> fetch) and its handler style. */
 const baseOf = (adapter: AdapterName) => adapter.split(':')[0]!;
 const styleOf = (adapter: AdapterName) => adapter.split(':')[1];
-/** A handler style's block: first executions and replays on memory only. */
-const styled = (adapter: AdapterName) => styleOf(adapter) !== undefined || adapter === 'fetch';
+/** A handler style's block (and Nest's): first executions and replays on memory only. */
+const styled = (adapter: AdapterName) => styleOf(adapter) !== undefined || adapter === 'fetch' || adapter === 'nestjs';
 const stores = (opt('stores')?.split(',') ?? (quick ? ['memory'] : [...ALL_STORES])) as StoreName[];
 const peers = !flag('no-peers');
 const roundTrips = !flag('no-round-trips');
