@@ -296,6 +296,32 @@ async function measureMedian(spec: Spec): Promise<Row | undefined> {
   return row;
 }
 
+/** `contenders` taking turns, `repeats` rounds, each reported as in measureMedian (req/s, CPU and p99 medians). */
+async function measureInTurns(contenders: Spec[]): Promise<Row[]> {
+  const samples = contenders.map(() => [] as Row[]);
+  for (let i = 0; i < repeats; i++) {
+    for (const [n, c] of contenders.entries()) {
+      const r = await measure(c);
+      if (r) samples[n]!.push(r);
+    }
+  }
+  const rows: Row[] = [];
+  for (const runs of samples) {
+    if (runs.length === 0) continue;
+    const byRate = [...runs].sort((a, b) => a.reqPerSec - b.reqPerSec);
+    const row: Row = { ...byRate[Math.floor((byRate.length - 1) / 2)]! };
+    row.samples = runs.map((r) => Math.round(r.reqPerSec));
+    row.cpuSamples = runs.map((r) => Math.round(r.cpuMicrosPerRequest * 10) / 10);
+    row.cpuMicrosPerRequest = median(runs.map((r) => r.cpuMicrosPerRequest));
+    row.p99 = median(runs.map((r) => r.p99));
+    row.executions = runs.reduce((n, r) => n + r.executions, 0);
+    row.doubleExecutions = runs.reduce((n, r) => n + r.doubleExecutions, 0);
+    log(`    ${row.impl}/${row.scenario} median of ${runs.length}: ${fmt(row.reqPerSec)} req/s, cpu ${fmt(row.cpuMicrosPerRequest, 1)} µs/req, p99 ${fmt(row.p99, 1)} ms`);
+    rows.push(row);
+  }
+  return rows;
+}
+
 async function measureOnce(spec: Spec): Promise<Row | undefined> {
   const label = `${spec.adapter}/${spec.impl}/${spec.store}/${spec.scenario}`;
   let server: ServerHandle;
@@ -594,6 +620,14 @@ async function main(): Promise<void> {
       continue;
     }
     log(`\n${adapter} (${fmt((Date.now() - started) / 1000, 1)} s)`);
+    if (adapter === 'nestjs' && !quick) {
+      // Nest: the bare handler and ours take turns, `repeats` times, so that drift on a
+      // shared machine lands on all of them alike; each is reported as its median run.
+      const contenders: Spec[] = [{ adapter, impl: 'bare', store: 'none', scenario: 'bare' }];
+      for (const scenario of scenarios) if (scenario !== 'storm' && storeUrls.memory) contenders.push({ adapter, impl: 'ours', store: 'memory', scenario });
+      for (const r of await measureInTurns(contenders)) push(r);
+      continue;
+    }
     push(await measureMedian({ adapter, impl: 'bare', store: 'none', scenario: 'bare' }));
     // On Express, memory and Redis run in the peer block below, interleaved with the peers.
     const peerStores = adapter === 'express' && peers ? (['memory', 'redis'] as StoreName[]) : [];
