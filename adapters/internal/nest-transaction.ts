@@ -9,7 +9,13 @@ import type { ServerResponse } from 'node:http';
 import { createParamDecorator, type ExecutionContext, type HttpException } from '@nestjs/common';
 import { isIdempotencyError, type IdempotencyError } from '../../src/errors.js';
 import { problemResponse, type HttpResponse } from '../../src/problem.js';
-import { hasRequestTransaction, inTransaction, type TransactionClient, type TransactionResponse } from '../../src/transaction.js';
+import {
+  hasRequestTransaction,
+  inTransaction,
+  transactionProblem,
+  type TransactionClient,
+  type TransactionResponse,
+} from '../../src/transaction.js';
 import { sendResponse } from './node-io.js';
 
 /**
@@ -79,9 +85,10 @@ export function transactionDecorator(reject: (response: HttpResponse, error: Ide
         });
       } catch (error) {
         // The layer's own errors (the lease lost, a conflict, the store failed at commit):
-        // answered with their status and problem details, as the layer's other refusals.
+        // answered with their status and problem details (through `formatError`), as the
+        // layer's other refusals.
         if (!isIdempotencyError(error)) throw error;
-        const problem = problemResponse(error);
+        const problem = transactionProblem(error) ?? problemResponse(error);
         const setHeader = res.header as ((name: string, value: string | string[]) => unknown) | undefined;
         for (const [name, value] of Object.entries(problem.headers)) {
           if (typeof setHeader === 'function') setHeader.call(res, name, value);
