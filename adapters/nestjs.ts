@@ -53,6 +53,7 @@ import type { RawBody } from '../src/fingerprint.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import type { HttpResponse } from '../src/problem.js';
 import type { IdempotencyStore } from '../src/store.js';
+import { transactionDecorator } from './internal/nest-transaction.js';
 import {
   assertDeclaredLength,
   bodyConsumed,
@@ -152,6 +153,17 @@ export function Idempotent(options: IdempotentOptions | false = {}): ClassDecora
 export function SkipIdempotency(): ClassDecorator & MethodDecorator {
   return Idempotent(false);
 }
+
+export type { NestTransaction, NestTransactionResponse } from './internal/nest-transaction.js';
+/**
+ * `@IdempotentTransaction() tx: NestTransaction<pg.PoolClient>` on a protected handler, on a
+ * PostgreSQL store: `tx(work)` runs `work` in a transaction and stores the response it
+ * returns in that same transaction, so the handler's writes and the stored response commit
+ * together or not at all (docs/transactions.md). The layer's errors are `IdempotencyRejection`s.
+ */
+export const IdempotentTransaction: () => ParameterDecorator = transactionDecorator(
+  (response, error) => new IdempotencyRejection(response, error),
+);
 
 /**
  * A refusal of the layer (400 key missing or invalid, 409 in progress or not replayable,

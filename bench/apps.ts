@@ -1,5 +1,5 @@
 /**
- * The benchmark apps: one framework (node, express, fastify, koa, hono) with one idempotency
+ * The benchmark apps: one framework (node, express, fastify, koa, hono, fetch, nestjs) with one idempotency
  * layer (none, ours, or a peer), all serving `POST /orders` with the same handler
  * (./handler.ts) and `GET /__stats`. Each builder returns a listening server.
  * @module
@@ -11,7 +11,7 @@ import type { ErrorRequestHandler, RequestHandler } from 'express';
 import type { IdempotencyStore } from '../src/store.js';
 import { placeOrder, statsSnapshot } from './handler.js';
 
-export type Adapter = 'node' | 'express' | 'fastify' | 'koa' | 'hono' | 'fetch';
+export type Adapter = 'node' | 'express' | 'fastify' | 'koa' | 'hono' | 'fetch' | 'nestjs';
 
 /**
  * How the fetch and Hono handlers read the request and answer (STYLE): the bench runs
@@ -371,6 +371,56 @@ async function fetchApp(o: AppOptions): Promise<RunningApp> {
   return { port, close: () => closeServer(server) };
 }
 
+/**
+ * NestJS on @nestjs/platform-express, written as a Nest user writes it: a controller whose
+ * handler takes `@Body()` and `@Headers()` and returns the answer (201 by default for a
+ * POST, its content type from `@Header()`), Nest's own JSON body parser. Ours:
+ * `IdempotencyModule.forRoot({ store })` and `@Idempotent()` on the handler (an
+ * interceptor, after the guards; there are none here).
+ */
+async function nestApp(o: AppOptions): Promise<RunningApp> {
+  await import('reflect-metadata');
+  const { Body, Controller, Get, Header, Headers, Module, Post, Req } = await import('@nestjs/common');
+  const { NestFactory } = await import('@nestjs/core');
+  const { ExpressAdapter } = await import('@nestjs/platform-express');
+  const imports: unknown[] = [];
+  let protect: MethodDecorator = () => undefined;
+  if (o.impl === 'ours') {
+    const { Idempotent, IdempotencyModule } = await import('../adapters/nestjs.js');
+    imports.push(IdempotencyModule.forRoot({ store: o.store!, scope: 'shared' }));
+    protect = Idempotent();
+  } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
+
+  @Controller()
+  class OrdersController {
+    @Post('orders')
+    @protect
+    @Header('Content-Type', 'application/json; charset=utf-8')
+    async create(@Body() body: unknown, @Headers() headers: Record<string, string | string[] | undefined>) {
+      return (await placeOrder(headers, body)).body;
+    }
+
+    @Get('__stats')
+    @Header('Content-Type', 'application/json; charset=utf-8')
+    stats(@Req() req: { originalUrl: string }) {
+      return stats(o, req.originalUrl);
+    }
+  }
+  @Module({ imports: imports as never[], controllers: [OrdersController] })
+  class AppModule {}
+
+  const app = await NestFactory.create(AppModule, new ExpressAdapter(), { logger: false });
+  await app.listen(0, '127.0.0.1');
+  const server = app.getHttpServer() as Server;
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: async () => {
+      server.closeAllConnections?.();
+      await app.close();
+    },
+  };
+}
+
 export function startApp(o: AppOptions): Promise<RunningApp> {
   switch (o.adapter) {
     case 'node':
@@ -385,5 +435,7 @@ export function startApp(o: AppOptions): Promise<RunningApp> {
       return honoApp(o);
     case 'fetch':
       return fetchApp(o);
+    case 'nestjs':
+      return nestApp(o);
   }
 }

@@ -203,7 +203,8 @@ export function targets(results: BenchResults): Target[] {
       figure: node === undefined ? 'not measured' : `${n1(node)} µs/req${floorOver === undefined ? '' : ` (floor: ${n1(floorOver)} µs)`}`,
       met: undefined,
     });
-    const adapters = [...new Set(results.rows.map((r) => r.adapter))].filter((a) => a !== 'node' && a !== 'express');
+    // Nest has no CPU target against the Node adapter (its own block below compares it with its bare handler).
+    const adapters = [...new Set(results.rows.map((r) => r.adapter))].filter((a) => a !== 'node' && a !== 'express' && a !== 'nestjs');
     for (const adapter of adapters) {
       const row = find(adapter, 'ours', 'memory', scenario);
       const over = row ? cpuOverBare(results, row) : undefined;
@@ -283,6 +284,25 @@ export function targets(results: BenchResults): Target[] {
         met: ours.reqPerSec >= factor * r.reqPerSec && ours.p99 <= r.p99,
       });
     }
+  }
+  // NestJS (Express platform): against its bare Nest handler; the peer is not installable here.
+  for (const scenario of ['first', 'replay'] as Scenario[]) {
+    const row = find('nestjs', 'ours', 'memory', scenario);
+    if (!row) continue;
+    const x = ratio(results, row);
+    const over = cpuOverBare(results, row);
+    out.push({
+      target: `(reference) nestjs, memory, ${SCENARIO_LABEL[scenario]}: req/s × bare Nest handler, server CPU over bare`,
+      figure: `${x === undefined ? '?' : `${n2(x)}×`}, ${over === undefined ? '?' : `${n1(over)} µs/req`}`,
+      met: undefined,
+    });
+  }
+  if (results.rows.some((r) => r.adapter === 'nestjs')) {
+    out.push({
+      target: '≥ the req/s of @node-idempotency/nestjs@1.0.4 on first executions, 1.2× on replays',
+      figure: 'not measured: its peer dependencies are Nest 9 and 10 (this project tests Nest 11 and 12), so it is not installed',
+      met: undefined,
+    });
   }
   for (const store of ['redis', 'postgres'] as const) {
     const rows = (results.waiting ?? []).filter((r) => r.store === store);

@@ -4,12 +4,12 @@
  * child processes (bench/server.ts); autocannon drives them from this process.
  *
  * Options:
- *   --quick              a smoke run (< 1 min): node, express and fetch:text on memory, short runs
+ *   --quick              a smoke run (< 1 min): node, express, fetch:text and nestjs on memory, short runs
  *   --duration=S         seconds per measured run (default 5, quick 1)
  *   --warmup=S           seconds of warm-up load before each measured run (default 1, quick 0.3)
  *   --connections=N      autocannon connections (default 32)
  *   --repeats=N          runs of every case (a fresh server each), median reported (default 3, quick 1)
- *   --adapters=a,b       subset of node,express,fastify,koa,hono,hono:<style>,fetch:<style> (styles: bench/apps.ts)
+ *   --adapters=a,b       subset of node,express,fastify,koa,hono,hono:<style>,fetch:<style>,nestjs (styles: bench/apps.ts)
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
  *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting --no-encryption   skip a part
@@ -75,16 +75,18 @@ const ALL_ADAPTERS = [
   'hono',
   ...HONO_STYLES.filter((s) => s !== 'body').map((s) => `hono:${s}`),
   ...FETCH_STYLES.map((s) => `fetch:${s}`),
+  // NestJS on its Express platform: IdempotencyModule + @Idempotent() against a bare Nest handler.
+  'nestjs',
 ];
 const ALL_STORES = ['memory', 'sqlite', 'redis', 'postgres'] as const;
 type AdapterName = string;
 type StoreName = (typeof ALL_STORES)[number];
-const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express', 'fetch:text'] : [...ALL_ADAPTERS])) as AdapterName[];
+const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express', 'fetch:text', 'nestjs'] : [...ALL_ADAPTERS])) as AdapterName[];
 /** The framework of an adapter name (`fetch:text` -> fetch) and its handler style. */
 const baseOf = (adapter: AdapterName) => adapter.split(':')[0]!;
 const styleOf = (adapter: AdapterName) => adapter.split(':')[1];
-/** A handler style's block: first executions and replays on memory only. */
-const styled = (adapter: AdapterName) => styleOf(adapter) !== undefined || adapter === 'fetch';
+/** A handler style's block (and Nest's): first executions and replays on memory only. */
+const styled = (adapter: AdapterName) => styleOf(adapter) !== undefined || adapter === 'fetch' || adapter === 'nestjs';
 const stores = (opt('stores')?.split(',') ?? (quick ? ['memory'] : [...ALL_STORES])) as StoreName[];
 const peers = !flag('no-peers');
 const roundTrips = !flag('no-round-trips');
@@ -292,6 +294,32 @@ async function measureMedian(spec: Spec): Promise<Row | undefined> {
   row.doubleExecutions = runs.reduce((n, r) => n + r.doubleExecutions, 0);
   if (runs.length > 1) log(`    median of ${runs.length}: ${fmt(row.reqPerSec)} req/s, cpu ${fmt(row.cpuMicrosPerRequest, 1)} µs/req, p99 ${fmt(row.p99, 1)} ms`);
   return row;
+}
+
+/** `contenders` taking turns, `repeats` rounds, each reported as in measureMedian (req/s, CPU and p99 medians). */
+async function measureInTurns(contenders: Spec[]): Promise<Row[]> {
+  const samples = contenders.map(() => [] as Row[]);
+  for (let i = 0; i < repeats; i++) {
+    for (const [n, c] of contenders.entries()) {
+      const r = await measure(c);
+      if (r) samples[n]!.push(r);
+    }
+  }
+  const rows: Row[] = [];
+  for (const runs of samples) {
+    if (runs.length === 0) continue;
+    const byRate = [...runs].sort((a, b) => a.reqPerSec - b.reqPerSec);
+    const row: Row = { ...byRate[Math.floor((byRate.length - 1) / 2)]! };
+    row.samples = runs.map((r) => Math.round(r.reqPerSec));
+    row.cpuSamples = runs.map((r) => Math.round(r.cpuMicrosPerRequest * 10) / 10);
+    row.cpuMicrosPerRequest = median(runs.map((r) => r.cpuMicrosPerRequest));
+    row.p99 = median(runs.map((r) => r.p99));
+    row.executions = runs.reduce((n, r) => n + r.executions, 0);
+    row.doubleExecutions = runs.reduce((n, r) => n + r.doubleExecutions, 0);
+    log(`    ${row.impl}/${row.scenario} median of ${runs.length}: ${fmt(row.reqPerSec)} req/s, cpu ${fmt(row.cpuMicrosPerRequest, 1)} µs/req, p99 ${fmt(row.p99, 1)} ms`);
+    rows.push(row);
+  }
+  return rows;
 }
 
 async function measureOnce(spec: Spec): Promise<Row | undefined> {
@@ -592,6 +620,14 @@ async function main(): Promise<void> {
       continue;
     }
     log(`\n${adapter} (${fmt((Date.now() - started) / 1000, 1)} s)`);
+    if (adapter === 'nestjs' && !quick) {
+      // Nest: the bare handler and ours take turns, `repeats` times, so that drift on a
+      // shared machine lands on all of them alike; each is reported as its median run.
+      const contenders: Spec[] = [{ adapter, impl: 'bare', store: 'none', scenario: 'bare' }];
+      for (const scenario of scenarios) if (scenario !== 'storm' && storeUrls.memory) contenders.push({ adapter, impl: 'ours', store: 'memory', scenario });
+      for (const r of await measureInTurns(contenders)) push(r);
+      continue;
+    }
     push(await measureMedian({ adapter, impl: 'bare', store: 'none', scenario: 'bare' }));
     // On Express, memory and Redis run in the peer block below, interleaved with the peers.
     const peerStores = adapter === 'express' && peers ? (['memory', 'redis'] as StoreName[]) : [];

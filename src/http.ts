@@ -12,7 +12,7 @@ import type { Lease } from './lease.js';
 import { splitTtl, type EngineOptions } from './options.js';
 import { problemResponse, type FormatError, type HttpResponse } from './problem.js';
 import type { StoredResponse } from './store.js';
-import { isTransactionalStore, registerRequestTransaction, type RequestTransaction } from './transaction.js';
+import { isTransactionalStore, noteTransactionProblem, registerRequestTransaction, type RequestTransaction } from './transaction.js';
 import { assertFunction, assertInteger, assertStringArray } from './validate.js';
 
 export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, 'ttl'> {
@@ -301,8 +301,18 @@ export class Idempotency<Req = unknown> {
   readonly #plainTransaction: RequestTransaction = async (work) => {
     const { store } = this.engine.options;
     if (!isTransactionalStore(store)) throw this.#notTransactional();
-    return (await store.transaction(work)).value;
+    try {
+      return (await store.transaction(work)).value;
+    } catch (error) {
+      throw this.#noted(error);
+    }
   };
+
+  /** An error of the layer's own out of a transaction, with the answer this layer gives it (see transactionProblem). */
+  #noted(error: unknown): unknown {
+    if (isIdempotencyError(error)) noteTransactionProblem(error, problemResponse(error, this.header, this.#options.formatError));
+    return error;
+  }
 
   #notTransactional(): TypeError {
     return new TypeError(
@@ -420,10 +430,14 @@ export class Idempotency<Req = unknown> {
       if (!isTransactionalStore(this.engine.options.store)) throw this.#notTransactional();
       if (settledByTransaction) throw new TypeError('inTransaction(req) can run once per request');
       settledByTransaction = true;
-      const { value } = await lease.transaction(work, (response) =>
-        storeResponse(response.status) ? this.#toStored(response) : undefined,
-      );
-      return value;
+      try {
+        const { value } = await lease.transaction(work, (response) =>
+          storeResponse(response.status) ? this.#toStored(response) : undefined,
+        );
+        return value;
+      } catch (error) {
+        throw this.#noted(error);
+      }
     });
     return {
       maxResponseBytes: this.maxResponseBytes,

@@ -91,6 +91,25 @@ function requestTransaction(req: object): RequestTransaction | undefined {
   return (req as { [REQUEST_TRANSACTION]?: RequestTransaction })[REQUEST_TRANSACTION] ?? requestTransactions.get(req);
 }
 
+// The layer's own answer to an error its transaction threw (its `formatError`, its key
+// header), kept for adapters that answer such errors themselves (NestJS).
+const transactionProblems = new WeakMap<object, HttpResponse>();
+
+/** Called by the HTTP layer when `inTransaction` fails with one of its errors. */
+export function noteTransactionProblem(error: object, response: HttpResponse): void {
+  transactionProblems.set(error, response);
+}
+
+/** The layer's response to an error `inTransaction` threw, if the layer rendered one. */
+export function transactionProblem(error: unknown): HttpResponse | undefined {
+  return typeof error === 'object' && error !== null ? transactionProblems.get(error) : undefined;
+}
+
+/** Whether the HTTP layer let this request through to its handler, so `inTransaction(req)` can run. */
+export function hasRequestTransaction(req: object): boolean {
+  return requestTransaction(req) !== undefined;
+}
+
 /** The response as it is stored and sent: body bytes, and a content type for JSON or text. */
 export function toHttpResponse(response: TransactionResponse): HttpResponse {
   if (typeof response !== 'object' || response === null || !Number.isInteger(response.status)) {
