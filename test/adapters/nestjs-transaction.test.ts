@@ -28,6 +28,7 @@ import {
 } from '../../adapters/nestjs.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { memoryStore } from '../../drivers/memory.js';
+import { poolWithCommit } from '../helpers/pg-faults.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
 import { importsFromSources } from '../helpers/package-imports.js';
 import { freePort, untilListening } from '../helpers/ports.js';
@@ -124,19 +125,6 @@ async function startNest(
       await nest.close();
     },
   };
-}
-
-/** A pool whose clients run `atCommit(commit, pid)` in place of COMMIT: fault injection on the real database. */
-function poolWithCommit(atCommit: (commit: () => Promise<unknown>, pid: number) => Promise<unknown>): pg.Pool {
-  const faulty = new pg.Pool({ connectionString: POSTGRES_URL, max: 3 });
-  faulty.on('error', () => undefined);
-  faulty.on('connect', (client) => {
-    const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
-    const pid = (client as unknown as { processID: number }).processID;
-    (client as unknown as { query: unknown }).query = (...args: unknown[]) =>
-      args[0] === 'COMMIT' ? atCommit(() => query(...args), pid) : query(...args);
-  });
-  return faulty;
 }
 
 describe.skipIf(!available)('NestJS: @IdempotentTransaction() commits the handler\'s writes and the stored response together', () => {

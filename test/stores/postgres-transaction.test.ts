@@ -15,6 +15,7 @@ import {
   TransactionConflictError,
   type IdempotencyEvent,
 } from '../../src/index.js';
+import { poolWithCommit } from '../helpers/pg-faults.js';
 import { POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
 
 const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);
@@ -211,19 +212,6 @@ describe.skipIf(!available)('PostgreSQL: effect and record in one transaction', 
     expect(await incrementOnce(loser)).toBe(5);
     await once.close();
   });
-
-  /** A pool whose clients run `atCommit(client, commit)` in place of COMMIT: fault injection on the real database. */
-  const poolWithCommit = (atCommit: (commit: () => Promise<unknown>, pid: number) => Promise<unknown>) => {
-    const faulty = new pg.Pool({ connectionString: POSTGRES_URL, max: 3 });
-    faulty.on('error', () => undefined);
-    faulty.on('connect', (client) => {
-      const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
-      const pid = (client as unknown as { processID: number }).processID;
-      (client as unknown as { query: unknown }).query = (...args: unknown[]) =>
-        args[0] === 'COMMIT' ? atCommit(() => query(...args), pid) : query(...args);
-    });
-    return faulty;
-  };
 
   it('the connection dies at COMMIT (backend terminated): nothing committed, the key is released, StoreUnavailableError', async () => {
     let armed = true;
