@@ -24,6 +24,7 @@ import {
   Res,
   StreamableFile,
   type INestApplication,
+  type Type,
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { ExpressAdapter } from '@nestjs/platform-express';
@@ -126,6 +127,14 @@ class PaymentsController {
   }
 }
 
+/** Compile `module` with Nest's testing module and serve it on `platform`, on an ephemeral port of 127.0.0.1. */
+export async function listenNest(module: Type, platform: NestPlatform): Promise<{ nest: INestApplication; port: number }> {
+  const moduleRef = await Test.createTestingModule({ imports: [module] }).compile();
+  const nest = moduleRef.createNestApplication(platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(), { logger: false });
+  await nest.listen(0, '127.0.0.1');
+  return { nest, port: ((nest.getHttpServer() as http.Server).address() as AddressInfo).port };
+}
+
 /** Start the suite's API on `platform`, protected with `options`. */
 export async function startNestApp(platform: NestPlatform, options: IdempotencyModuleOptions): Promise<RunningApp & { nest: INestApplication }> {
   const calls = new Calls();
@@ -135,11 +144,8 @@ export async function startNestApp(platform: NestPlatform, options: IdempotencyM
     providers: [{ provide: CALLS, useValue: calls }],
   })
   class AppModule {}
-  const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
-  const nest = moduleRef.createNestApplication(platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(), { logger: false });
-  await nest.listen(0, '127.0.0.1');
+  const { nest, port } = await listenNest(AppModule, platform);
   const server = nest.getHttpServer() as http.Server;
-  const { port } = server.address() as AddressInfo;
   return {
     adapter: `nest-${platform}` as RunningApp['adapter'],
     port,

@@ -5,12 +5,9 @@
  */
 import 'reflect-metadata';
 import type http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { Body, Controller, Headers, Module, Post } from '@nestjs/common';
-import { ExpressAdapter } from '@nestjs/platform-express';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
-import { Test } from '@nestjs/testing';
 import { Idempotent, IdempotencyModule } from '../../adapters/nestjs.js';
+import { listenNest } from './nest-apps.js';
 
 const [platform, url] = process.argv.slice(2);
 if (!url || (platform !== 'express' && platform !== 'fastify')) throw new Error('usage: nest-race-worker <express|fastify> <store url>');
@@ -36,10 +33,7 @@ class RaceController {
 })
 class AppModule {}
 
-const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
-const app = moduleRef.createNestApplication(platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(), { logger: false });
-await app.listen(0, '127.0.0.1');
-const { port } = (app.getHttpServer() as http.Server).address() as AddressInfo;
+const { nest: app, port } = await listenNest(AppModule, platform);
 process.stdout.write(`port=${port}\nready\n`);
 await new Promise<void>((resolve) => {
   process.stdin.on('data', (chunk) => {

@@ -6,14 +6,10 @@
  * it, and hangs before answering (`after-commit`). Prints `port=<n>` and "ready" when listening.
  */
 import 'reflect-metadata';
-import type http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { Body, Controller, Module, Post } from '@nestjs/common';
-import { ExpressAdapter } from '@nestjs/platform-express';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
-import { Test } from '@nestjs/testing';
 import pg from 'pg';
 import { Idempotent, IdempotencyModule, IdempotentTransaction, type NestTransaction } from '../../adapters/nestjs.js';
+import { listenNest } from './nest-apps.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { POSTGRES_URL } from '../helpers/services.js';
 
@@ -57,8 +53,5 @@ class OrdersController {
 })
 class AppModule {}
 
-const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
-const app = moduleRef.createNestApplication(platform === 'express' ? new ExpressAdapter() : new FastifyAdapter(), { logger: false });
-await app.listen(0, '127.0.0.1');
-const { port } = (app.getHttpServer() as http.Server).address() as AddressInfo;
+const { nest: app, port } = await listenNest(AppModule, platform);
 process.stdout.write(`port=${port}\nready\n`);
