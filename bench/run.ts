@@ -283,16 +283,22 @@ async function measureMedian(spec: Spec): Promise<Row | undefined> {
   }
   if (runs.length === 0) return undefined;
   if (runs.length === 1) return runs[0];
+  const row = medianRow(runs);
+  row.burst = runs.find((r) => r.burst)?.burst;
+  if (runs.length > 1) log(`    median of ${runs.length}: ${fmt(row.reqPerSec)} req/s, cpu ${fmt(row.cpuMicrosPerRequest, 1)} µs/req, p99 ${fmt(row.p99, 1)} ms`);
+  return row;
+}
+
+/** Several runs of one case as one row: the median run by req/s, with the CPU and p99 medians, every sample and the summed executions. */
+function medianRow(runs: Row[]): Row {
   const byRate = [...runs].sort((a, b) => a.reqPerSec - b.reqPerSec);
   const row: Row = { ...byRate[Math.floor((byRate.length - 1) / 2)]! };
   row.samples = runs.map((r) => Math.round(r.reqPerSec));
   row.cpuSamples = runs.map((r) => Math.round(r.cpuMicrosPerRequest * 10) / 10);
   row.cpuMicrosPerRequest = median(runs.map((r) => r.cpuMicrosPerRequest));
   row.p99 = median(runs.map((r) => r.p99));
-  row.burst = runs.find((r) => r.burst)?.burst;
   row.executions = runs.reduce((n, r) => n + r.executions, 0);
   row.doubleExecutions = runs.reduce((n, r) => n + r.doubleExecutions, 0);
-  if (runs.length > 1) log(`    median of ${runs.length}: ${fmt(row.reqPerSec)} req/s, cpu ${fmt(row.cpuMicrosPerRequest, 1)} µs/req, p99 ${fmt(row.p99, 1)} ms`);
   return row;
 }
 
@@ -308,14 +314,7 @@ async function measureInTurns(contenders: Spec[]): Promise<Row[]> {
   const rows: Row[] = [];
   for (const runs of samples) {
     if (runs.length === 0) continue;
-    const byRate = [...runs].sort((a, b) => a.reqPerSec - b.reqPerSec);
-    const row: Row = { ...byRate[Math.floor((byRate.length - 1) / 2)]! };
-    row.samples = runs.map((r) => Math.round(r.reqPerSec));
-    row.cpuSamples = runs.map((r) => Math.round(r.cpuMicrosPerRequest * 10) / 10);
-    row.cpuMicrosPerRequest = median(runs.map((r) => r.cpuMicrosPerRequest));
-    row.p99 = median(runs.map((r) => r.p99));
-    row.executions = runs.reduce((n, r) => n + r.executions, 0);
-    row.doubleExecutions = runs.reduce((n, r) => n + r.doubleExecutions, 0);
+    const row = medianRow(runs);
     log(`    ${row.impl}/${row.scenario} median of ${runs.length}: ${fmt(row.reqPerSec)} req/s, cpu ${fmt(row.cpuMicrosPerRequest, 1)} µs/req, p99 ${fmt(row.p99, 1)} ms`);
     rows.push(row);
   }
