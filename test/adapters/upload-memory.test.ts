@@ -12,10 +12,15 @@ import { afterEach, describe, expect, it } from 'vitest';
 const MiB = 1024 * 1024;
 const SIZE = 20 * MiB;
 // About twice the body: the layer's copy of it and one more (a parser's, or Hono's one
-// buffer for its body cache), plus a little for the rest. The process's rss also holds the
-// allocator's slack and transient native buffers, and gets a looser bound.
-const BOUND = 2.5 * SIZE;
-const RSS_BOUND = 2.75 * SIZE;
+// buffer for its body cache), plus the chunks read off the socket that the collector has
+// not taken yet when the peak is sampled: on Hono over @hono/node-server the first request
+// peaks either near 1.5 times the body or, when the collection comes late, at 2.2 to 2.6
+// times (44 to 51 MiB of external memory in 3 of 9 runs; at a bound of 2.5 times one
+// clean-clone CI run failed at 51.0 MiB). A third copy of the body kept alive would add a whole
+// body (3 times and more) and still fails. The process's rss also holds the allocator's
+// slack and transient native buffers, and gets a looser bound.
+const BOUND = 2.75 * SIZE;
+const RSS_BOUND = 3 * SIZE;
 const server = fileURLToPath(new URL('./upload-memory-server.ts', import.meta.url));
 const body = new Uint8Array(SIZE).map((_, i) => (i * 7) % 251);
 const form = () => {
