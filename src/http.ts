@@ -127,6 +127,13 @@ export function userIdentity(user: unknown): unknown {
   return id ?? sub;
 }
 
+/** What a request's key space is: a scope, `undefined` for the shared space, or the refusal to answer. */
+type ScopeAnswer = string | undefined | ScopeRequiredError;
+
+function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
+}
+
 /** A principal's identity as a scope: a non-empty string or a finite number. */
 function identity(value: unknown): string | undefined {
   if (typeof value === 'string') return value === '' ? undefined : value;
@@ -337,7 +344,10 @@ export class Idempotency<Req = unknown> {
       throw error;
     }
     const options = this.#options;
-    const scope = await this.scopeFor(request.raw);
+    // Only a scope function can be asynchronous: awaiting the other forms would cost every
+    // request a microtask for nothing.
+    let scope = this.scopeFor(request.raw);
+    if (scope instanceof Promise) scope = await scope;
     if (scope instanceof ScopeRequiredError) return this.#problem(scope);
     const fingerprint = requestFingerprint({
       method: request.method,
@@ -378,12 +388,14 @@ export class Idempotency<Req = unknown> {
    * request has no identity. Adapters that protect something other than an HTTP request
    * with these options (a GraphQL resolver) ask it here, so the rule stays in one place.
    */
-  async scopeFor(raw: Req): Promise<string | undefined | ScopeRequiredError> {
+  scopeFor(raw: Req): ScopeAnswer | Promise<ScopeAnswer> {
     const options = this.#options;
     if (typeof options.scope === 'function') {
       // Only a non-empty string or a finite number is an identity: anything else (NaN from
       // `Number(id)`, '', undefined, an object) is refused, never the shared space.
-      return identity(await options.scope(raw)) ?? this.#scopeInvalid();
+      const value = options.scope(raw);
+      if (isPromiseLike(value)) return Promise.resolve(value).then((v) => identity(v) ?? this.#scopeInvalid());
+      return identity(value) ?? this.#scopeInvalid();
     }
     if (options.scope === undefined) return identity(this.#defaults!.principal!(raw)) ?? this.#scopeRequired();
     return undefined;
