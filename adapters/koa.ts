@@ -44,14 +44,12 @@ const uploadSource: UploadSource = {
  */
 async function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> {
   const status = ctx.status;
-  const head = (): Omit<CapturedResponse, 'body'> => ({
-    status,
-    headers: { ...(ctx.response.headers as CapturedResponse['headers']) },
-  });
+  // `getHeaders()` is a fresh copy already (what `ctx.response.headers` returns): taken as it is.
+  const head = (): Omit<CapturedResponse, 'body'> => ({ status, headers: ctx.res.getHeaders() as CapturedResponse['headers'] });
   if (ctx.respond === false) {
     // The handler wrote to ctx.res itself: the body is out of sight, so the record completes
     // without one and a retry gets 409, never a second run.
-    await claim.finish({ status: ctx.res.statusCode, headers: { ...(ctx.res.getHeaders() as CapturedResponse['headers']) }, body: null });
+    await claim.finish({ status: ctx.res.statusCode, headers: ctx.res.getHeaders() as CapturedResponse['headers'], body: null });
     return;
   }
   const body: unknown = ctx.body;
@@ -77,7 +75,7 @@ async function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> 
     }
     bytes = Buffer.from(JSON.stringify(body));
   }
-  await claim.finish({ ...head(), body: EMPTY_STATUSES.has(status) ? Buffer.alloc(0) : bytes });
+  await claim.finish({ status, headers: head().headers, body: EMPTY_STATUSES.has(status) ? Buffer.alloc(0) : bytes });
 }
 
 function respond(ctx: Context, response: { status: number; headers: Record<string, string | string[]>; body: Uint8Array }): void {
@@ -112,20 +110,23 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
   const layer = options instanceof Idempotency ? options : new Idempotency<Context>(options, koaDefaults);
 
   return async function idempotency(ctx: Context, next: Next): Promise<void> {
-    if (!layer.covers(ctx.method)) {
+    // `ctx.method` and `ctx.headers` are getters delegated to these: read once, at the source.
+    const { req } = ctx;
+    const method = req.method!;
+    if (!layer.covers(method)) {
       await next();
       return;
     }
     let raw: RawBody | undefined;
     const decision = await layer.begin({
-      method: ctx.method,
+      method,
       // The full path even under a mount prefix or a nested router, for the fingerprint.
       url: ctx.originalUrl,
-      headers: ctx.headers,
-      keyHeaderLines: keyHeaderLines(ctx.req, layer.headerName),
+      headers: req.headers,
+      keyHeaderLines: keyHeaderLines(req, layer.headerName),
       body: async () => {
-        if (bodyConsumed(ctx.req)) {
-          assertDeclaredLength(ctx.req, layer.maxBodyBytes);
+        if (bodyConsumed(req)) {
+          assertDeclaredLength(req, layer.maxBodyBytes);
           // The parser's raw text when it kept it: the same bytes we would have read.
           const request = ctx.request as ParsedRequest;
           const parsed = typeof request.rawBody === 'string' ? request.rawBody : request.body;
@@ -136,7 +137,7 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
           }
           return parsed;
         }
-        raw = await readBody(ctx.req, layer.maxBodyBytes);
+        raw = await readBody(req, layer.maxBodyBytes);
         return raw;
       },
       raw: ctx,
@@ -146,7 +147,7 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
       return;
     }
     // The rest of the chain (a body parser after us) reads the body as if nobody had.
-    if (raw !== undefined) restoreBody(ctx.req, raw);
+    if (raw !== undefined) restoreBody(req, raw);
     if (decision.type === 'pass') {
       await next();
       return;
