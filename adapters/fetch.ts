@@ -17,7 +17,9 @@
 import { Idempotency, type IdempotencyOptions } from '../src/http.js';
 import {
   clientGoneFor,
+  drainAfterEarlyAnswer,
   keepAliveUntilSettled,
+  nodeServerPair,
   platformWaitUntil,
   readRequestBody,
   recordResponse,
@@ -58,7 +60,10 @@ export function withIdempotency<Req extends Request = Request, Rest extends unkn
   return async function idempotency(request: Req, ...rest: Rest): Promise<Response> {
     if (!layer.covers(request.method)) return handler(request, ...rest);
     const decision = await layer.begin(requestInfo(request, layer, request, () => readRequestBody(request, layer.maxBodyBytes)));
-    if (decision.type === 'respond') return toResponse(decision.response);
+    if (decision.type === 'respond') {
+      drainAfterEarlyAnswer(nodeServerPair(rest[0]));
+      return toResponse(decision.response);
+    }
     if (decision.type === 'pass') return handler(request, ...rest);
     // Where the platform passes a context with `waitUntil` (a Worker's ctx), the claim keeps
     // the invocation alive until it settles, whenever the client leaves.

@@ -6,11 +6,13 @@
  * @module
  */
 import { createHash } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { BodyTooLargeError } from '../../src/errors.js';
 import { NO_LEGACY, RawBody, UploadBody, type UploadedFile } from '../../src/fingerprint.js';
 import type { CapturedResponse, HttpClaim, HttpRequestInfo, Idempotency } from '../../src/http.js';
 import type { HttpResponse } from '../../src/problem.js';
 import { BodyRecorder } from './body-recorder.js';
+import { endAfterDrain } from './drain.js';
 
 const EMPTY = new Uint8Array(0);
 
@@ -23,8 +25,13 @@ export function assertDeclaredLength(headers: Headers, limit: number): void {
   if (Number.isFinite(declared) && declared > limit) throw new BodyTooLargeError(limit);
 }
 
-/** Read a request body stream's chunks, up to `limit` bytes (beyond it, BodyTooLargeError: 413; the rest is left unread). */
-async function readChunks(stream: ReadableStream<Uint8Array>, limit: number): Promise<{ chunks: Uint8Array[]; size: number }> {
+/**
+ * Read a request body stream's chunks, up to `limit` bytes (beyond it, BodyTooLargeError:
+ * 413; the rest is left unread, and the stream cancelled unless `keepOpen`: on
+ * @hono/node-server cancelling destroys Node's message and with it the connection, before
+ * the 413 is out, so there the rest is drained instead, see drainAfterEarlyAnswer).
+ */
+async function readChunks(stream: ReadableStream<Uint8Array>, limit: number, keepOpen = false): Promise<{ chunks: Uint8Array[]; size: number }> {
   const reader = stream.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
@@ -33,7 +40,8 @@ async function readChunks(stream: ReadableStream<Uint8Array>, limit: number): Pr
     if (done) return { chunks, size };
     size += value.byteLength;
     if (size > limit) {
-      reader.cancel().catch(() => undefined);
+      if (keepOpen) reader.releaseLock();
+      else reader.cancel().catch(() => undefined);
       throw new BodyTooLargeError(limit);
     }
     chunks.push(value);
@@ -72,7 +80,7 @@ const WHOLE_BODY_BYTES = 256 * 1024;
  * counted, and kept in its chunks (an `arrayBuffer()` of an upload would hold it about
  * three times over while it joins the chunks and copies the result).
  */
-export async function consumeBody(request: Request, limit: number): Promise<Uint8Array | RawBody> {
+export async function consumeBody(request: Request, limit: number, keepOpen = false): Promise<Uint8Array | RawBody> {
   const method = request.method;
   if (method === 'GET' || method === 'HEAD') return EMPTY;
   const length = request.headers.get('content-length');
@@ -82,8 +90,32 @@ export async function consumeBody(request: Request, limit: number): Promise<Uint
     return declared === 0 ? EMPTY : new Uint8Array(await request.arrayBuffer());
   }
   if (request.body === null) return EMPTY;
-  const { chunks, size } = await readChunks(request.body, limit);
+  const { chunks, size } = await readChunks(request.body, limit, keepOpen);
   return new RawBody(chunks, size);
+}
+
+/**
+ * Node's message and response under a request served by @hono/node-server, which calls
+ * `fetch(request, { incoming, outgoing })` (Hono's `c.env`); `undefined` elsewhere.
+ */
+export function nodeServerPair(env: unknown): { incoming: IncomingMessage; outgoing: ServerResponse } | undefined {
+  if (typeof env !== 'object' || env === null) return undefined;
+  const { incoming, outgoing } = env as { incoming?: Partial<IncomingMessage>; outgoing?: Partial<ServerResponse> };
+  if (typeof incoming?.resume !== 'function' || typeof incoming.isPaused !== 'function' || typeof outgoing?.end !== 'function' || typeof outgoing.write !== 'function') {
+    return undefined;
+  }
+  return { incoming: incoming as IncomingMessage, outgoing: outgoing as ServerResponse };
+}
+
+/**
+ * After an answer of the layer's own sent before the request body was read to its end (a
+ * 413, a 400 for a bad key), on @hono/node-server: the rest of the body is read and thrown
+ * away (bounded) before the connection closes, as the Node adapter does, so that a client
+ * still sending gets the answer instead of a reset. Nothing when the body was read whole.
+ * Other runtimes manage their connections themselves.
+ */
+export function drainAfterEarlyAnswer(node: { incoming: IncomingMessage; outgoing: ServerResponse } | undefined): void {
+  if (node !== undefined) endAfterDrain(node.incoming, node.outgoing);
 }
 
 /** Node's IncomingMessage as @hono/node-server keeps it under its request (the members read here). */

@@ -5,7 +5,6 @@
  * response body is written as it is read (a client that leaves cancels it).
  */
 import http from 'node:http';
-import { Readable } from 'node:stream';
 
 export type FetchLike = (request: Request) => Response | Promise<Response>;
 
@@ -13,7 +12,7 @@ function toRequest(req: http.IncomingMessage, signal: AbortSignal): Request {
   const headers = new Headers();
   for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i]!, req.rawHeaders[i + 1]!);
   const method = req.method ?? 'GET';
-  const body = method === 'GET' || method === 'HEAD' ? undefined : (Readable.toWeb(req) as ReadableStream<Uint8Array>);
+  const body = method === 'GET' || method === 'HEAD' ? undefined : bodyStream(req);
   return new Request(`http://${req.headers.host ?? '127.0.0.1'}${req.url ?? '/'}`, {
     method,
     headers,
@@ -21,6 +20,60 @@ function toRequest(req: http.IncomingMessage, signal: AbortSignal): Request {
     signal,
     ...(body ? { duplex: 'half' } : {}),
   } as RequestInit);
+}
+
+/**
+ * The request body as a web stream. Cancelled (a handler that stops reading, a layer that
+ * answers 413), the rest is read and thrown away, as a server does with a body nobody
+ * reads: destroying the message would reset the connection under a client still sending.
+ */
+const discards = new WeakMap<http.IncomingMessage, () => void>();
+
+function bodyStream(req: http.IncomingMessage): ReadableStream<Uint8Array> {
+  let open = true;
+  discards.set(req, () => (open = false));
+  const settle = (fn: () => void) => {
+    if (!open) return;
+    open = false;
+    fn();
+  };
+  return new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        req.on('data', (chunk: Buffer) => {
+          if (!open) return;
+          controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+          if ((controller.desiredSize ?? 0) <= 0) req.pause();
+        });
+        req.once('end', () => settle(() => controller.close()));
+        req.once('error', (error) => settle(() => controller.error(error)));
+      },
+      pull() {
+        req.resume();
+      },
+      cancel() {
+        open = false;
+        req.resume();
+      },
+    },
+    { highWaterMark: 64 * 1024, size: (chunk) => chunk.byteLength },
+  );
+}
+
+/** The response ends once the request body is read to its end (bounded), so that an early answer reaches a client still sending. */
+function requestDrained(req: http.IncomingMessage): Promise<void> {
+  if (req.complete || req.destroyed) return Promise.resolve();
+  discards.get(req)?.();
+  req.resume();
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, 10_000);
+    const done = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    req.once('end', done);
+    req.once('close', done);
+  });
 }
 
 async function write(res: http.ServerResponse, response: Response): Promise<void> {
@@ -31,6 +84,7 @@ async function write(res: http.ServerResponse, response: Response): Promise<void
   const cookies = response.headers.getSetCookie();
   if (cookies.length > 0) res.setHeader('set-cookie', cookies);
   if (response.body === null) {
+    await requestDrained(res.req);
     res.end();
     return;
   }
@@ -49,6 +103,7 @@ async function write(res: http.ServerResponse, response: Response): Promise<void
       });
     }
   }
+  await requestDrained(res.req);
   res.end();
 }
 
