@@ -53,7 +53,7 @@ import type { RawBody } from '../src/fingerprint.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import type { HttpResponse } from '../src/problem.js';
 import type { IdempotencyStore } from '../src/store.js';
-import { transactionDecorator } from './internal/nest-transaction.js';
+import { setRejectionHeaders, transactionDecorator } from './internal/nest-transaction.js';
 import {
   assertDeclaredLength,
   bodyConsumed,
@@ -169,8 +169,11 @@ export const IdempotentTransaction: () => ParameterDecorator = transactionDecora
  * A refusal of the layer (400 key missing or invalid, 409 in progress or not replayable,
  * 413 body too large, 422 key reused, 503 store unavailable, 500 scope required). An
  * `HttpException`, so the application's exception filters render it; without one, Nest's
- * own filter sends its body, the problem details the other adapters send, with its
- * `Content-Type` and `Retry-After` headers (set on the response before the filters run).
+ * own filter sends its body, the problem details the other adapters send, with their
+ * `Content-Type` (`application/problem+json`, on NestJS 11 and 12) and `Retry-After`. The
+ * headers are on the response before the filters run; on the Express platform the
+ * `Content-Type` is set when the refusal's own body is written (a filter that writes a
+ * body of its own chooses its own type).
  */
 export class IdempotencyRejection extends HttpException {
   /** The layer's error (`.code`: `key-missing`, `request-in-progress`, ...). */
@@ -365,11 +368,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
             return of(undefined);
           }
           const rejection = new IdempotencyRejection(decision.response, decision.error);
-          const setHeader = res.header as ((name: string, value: string | string[]) => unknown) | undefined;
-          for (const [name, value] of Object.entries(rejection.headers)) {
-            if (typeof setHeader === 'function') setHeader.call(res, name, value);
-            else rawRes.setHeader(name, value);
-          }
+          setRejectionHeaders(res, rejection.headers, rejection.getResponse());
           return throwError(() => rejection);
         }
         const { claim } = decision;
