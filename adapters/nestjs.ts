@@ -246,11 +246,35 @@ function unprotectedBy(controller: Type<unknown>, handler: Function): Unprotecte
   return undefined;
 }
 
-/** Make a platform response's own reply methods no-ops: the layer answered it (a replay). */
+/** The reply methods Nest may call on a response the layer answered itself. */
+const REPLY_METHODS = ['status', 'code', 'send', 'json', 'redirect', 'render', 'end'];
+/** Per prototype of platform responses: an object on it whose reply methods do nothing. */
+const silenced = new WeakMap<object, object>();
+const returnThis = function (this: unknown) {
+  return this;
+};
+
+/**
+ * Make a platform response's reply methods no-ops: the layer answered it (a replay). The
+ * response gets a prototype of its own prototype's whose methods do nothing (made once per
+ * prototype): one change of the object's shape, where defining the seven methods on it
+ * would make seven (on Express's responses each builds a hidden class of its own). Methods
+ * something defined on the response itself (a middleware wrapping `end`) are replaced too.
+ */
 function answered(res: PlatformResponse): void {
-  const self = () => res;
-  for (const name of ['status', 'code', 'send', 'json', 'redirect', 'render', 'end']) {
-    if (typeof res[name] === 'function') Object.defineProperty(res, name, { value: self, configurable: true, writable: true });
+  const prototype = Object.getPrototypeOf(res) as object | null;
+  if (prototype === null) return;
+  let silent = silenced.get(prototype);
+  if (silent === undefined) {
+    silent = Object.create(prototype) as Record<string, unknown>;
+    for (const name of REPLY_METHODS) if (typeof res[name] === 'function') (silent as Record<string, unknown>)[name] = returnThis;
+    silenced.set(prototype, silent);
+  }
+  Object.setPrototypeOf(res, silent);
+  for (const name of REPLY_METHODS) {
+    if (Object.prototype.hasOwnProperty.call(res, name) && typeof res[name] === 'function') {
+      Object.defineProperty(res, name, { value: returnThis, configurable: true, writable: true });
+    }
   }
 }
 

@@ -389,7 +389,18 @@ async function nestApp(o: AppOptions): Promise<RunningApp> {
     const { Idempotent, IdempotencyModule } = await import('../adapters/nestjs.js');
     imports.push(IdempotencyModule.forRoot({ store: o.store!, scope: 'shared' }));
     protect = Idempotent();
-  } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
+  } else if (o.impl === 'node-idempotency') {
+    // @node-idempotency/nestjs@1.0.4 as its README wires it: the module with the memory
+    // storage, `@Idempotent()` on the handler. Installed in bench/nest10 (NestJS 10) only,
+    // so named by a variable: the type checker does not look for it.
+    const peer = '@node-idempotency/nestjs';
+    const { Idempotent, NodeIdempotencyModule } = (await import(peer)) as {
+      Idempotent(options?: object): MethodDecorator;
+      NodeIdempotencyModule: { forRootAsync(options: object): unknown };
+    };
+    imports.push(NodeIdempotencyModule.forRootAsync({ storage: { adapter: 'memory' } }));
+    protect = Idempotent();
+  } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express and nestjs only`);
 
   @Controller()
   class OrdersController {

@@ -129,6 +129,8 @@ export function pinCores(): { pinning?: Pinning; note: string } {
 export function startServer(env: ServerEnv, options: { cpuProfDir?: string; timeoutMs?: number } = {}): Promise<ServerHandle> {
   const nodeArgs: string[] = [];
   if (options.cpuProfDir) nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`);
+  // `nestjs:10`: NestJS 10 and @node-idempotency/nestjs from the bench/nest10 workspace.
+  if (env.ADAPTER === 'nestjs' && env.STYLE === '10') nodeArgs.push('--import', './bench/nest10/register.mjs');
   const argv = [...nodeArgs, ...entries.server];
   const [command, args] = pinning ? ['taskset', ['-c', pinning.server, process.execPath, ...argv]] : [process.execPath, argv];
   const child: ChildProcess = spawn(command, args, {

@@ -72,6 +72,9 @@ const IMPL_LABEL: Record<Row['impl'], string> = {
   'node-idempotency': '@node-idempotency/core@1.0.11',
 };
 
+/** The peer in the `nestjs:10` block (its impl is `node-idempotency`, as on Express). */
+const NEST_PEER = '@node-idempotency/nestjs@1.0.4';
+
 const SCENARIO_LABEL: Record<Scenario, string> = {
   bare: 'bare handler',
   first: 'first execution',
@@ -88,7 +91,8 @@ const STORE_ORDER = ['none', 'memory', 'sqlite', 'redis', 'postgres'];
 const SCENARIO_ORDER: Scenario[] = ['bare', 'first', 'replay', 'storm'];
 /** Rows in table order: by store, then scenario (the bare runs keep their place first and last). */
 function inStoreOrder(rows: Row[]): Row[] {
-  const rank = (r: Row) => STORE_ORDER.indexOf(r.store) * 10 + SCENARIO_ORDER.indexOf(r.scenario);
+  // Within a store and scenario, ours before a peer.
+  const rank = (r: Row) => STORE_ORDER.indexOf(r.store) * 100 + SCENARIO_ORDER.indexOf(r.scenario) * 10 + (r.impl === 'ours' ? 0 : 1);
   const bare = rows.filter((r) => r.impl === 'bare');
   const rest = rows.filter((r) => r.impl !== 'bare').sort((a, b) => rank(a) - rank(b));
   return [...bare.slice(0, 1), ...rest, ...bare.slice(1)];
@@ -204,7 +208,7 @@ export function targets(results: BenchResults): Target[] {
       met: undefined,
     });
     // Nest has no CPU target against the Node adapter (its own block below compares it with its bare handler).
-    const adapters = [...new Set(results.rows.map((r) => r.adapter))].filter((a) => a !== 'node' && a !== 'express' && a !== 'nestjs');
+    const adapters = [...new Set(results.rows.map((r) => r.adapter))].filter((a) => a !== 'node' && a !== 'express' && !a.startsWith('nestjs'));
     for (const adapter of adapters) {
       const row = find(adapter, 'ours', 'memory', scenario);
       const over = row ? cpuOverBare(results, row) : undefined;
@@ -263,7 +267,7 @@ export function targets(results: BenchResults): Target[] {
   }
   // Peers: every scenario where both answered the same way (all 2xx).
   for (const peer of ['express-idempotency', 'node-idempotency'] as const) {
-    for (const r of results.rows.filter((x) => x.impl === peer)) {
+    for (const r of results.rows.filter((x) => x.adapter === 'express' && x.impl === peer)) {
       const ours = find('express', 'ours', r.store, r.scenario);
       const label = `ahead of ${IMPL_LABEL[peer]} (${r.store}, ${SCENARIO_LABEL[r.scenario]})`;
       if (!ours) {
@@ -297,12 +301,25 @@ export function targets(results: BenchResults): Target[] {
       met: undefined,
     });
   }
-  if (results.rows.some((r) => r.adapter === 'nestjs')) {
-    out.push({
-      target: '≥ the req/s of @node-idempotency/nestjs@1.0.4 on first executions, 1.2× on replays',
-      figure: 'not measured: its peer dependencies are Nest 9 and 10 (this project tests Nest 11 and 12), so it is not installed',
-      met: undefined,
-    });
+  // @node-idempotency/nestjs@1.0.4 supports NestJS 9 and 10 only: both run on NestJS 10 (`nestjs:10`).
+  if (results.rows.some((r) => r.adapter.startsWith('nestjs'))) {
+    for (const scenario of ['first', 'replay'] as Scenario[]) {
+      const factor = scenario === 'replay' ? 1.2 : 1;
+      const target = `nestjs (NestJS 10), memory, ${SCENARIO_LABEL[scenario]}: ≥ ${n1(factor)}× the req/s of ${NEST_PEER}`;
+      const ours = find('nestjs:10', 'ours', 'memory', scenario);
+      const peer = find('nestjs:10', 'node-idempotency', 'memory', scenario);
+      if (!ours || !peer) {
+        out.push({ target, figure: 'not measured (`--adapters=nestjs:10`, with the peers)', met: undefined });
+        continue;
+      }
+      const comparable = ours.non2xx === 0 && peer.non2xx === 0;
+      const figure = `req/s ${n0(ours.reqPerSec)} vs ${n0(peer.reqPerSec)} (${n2(ours.reqPerSec / peer.reqPerSec)}×), server CPU ${n1(ours.cpuMicrosPerRequest)} vs ${n1(peer.cpuMicrosPerRequest)} µs/req, p99 ${n1(ours.p99)} vs ${n1(peer.p99)} ms`;
+      out.push({
+        target,
+        figure: comparable ? figure : `${figure}; not comparable: the peer answered ${answers(peer)}`,
+        met: comparable ? ours.reqPerSec >= factor * peer.reqPerSec : undefined,
+      });
+    }
   }
   for (const store of ['redis', 'postgres'] as const) {
     const rows = (results.waiting ?? []).filter((r) => r.store === store);
@@ -364,7 +381,9 @@ export function renderMarkdown(results: BenchResults): string {
   const header = ['store', 'scenario', 'req/s', '× bare', 'p50 ms', 'p99 ms', 'p99 × bare', 'server CPU µs/req', 'CPU µs over bare', 'peak RSS MiB', 'answers', 'double executions'];
   for (const adapter of [...new Set(results.rows.map((r) => r.adapter))]) {
     const bare = bareOf(results, adapter);
-    const rows = inStoreOrder(results.rows.filter((r) => r.adapter === adapter && (r.impl === 'ours' || r.impl === 'bare' || r.impl === 'floor')));
+    // On NestJS 10 the peer's rows sit in the adapter's own table (the same bare Nest handler).
+    const nestPeer = adapter === 'nestjs:10';
+    const rows = inStoreOrder(results.rows.filter((r) => r.adapter === adapter && (r.impl === 'ours' || r.impl === 'bare' || r.impl === 'floor' || (nestPeer && r.impl === 'node-idempotency'))));
     if (rows.length === 0) continue;
     out.push(`### ${adapter} adapter`);
     out.push('');
@@ -372,7 +391,12 @@ export function renderMarkdown(results: BenchResults): string {
       out.push(`Bare handler: ${bare.runs.map((r) => n0(r.reqPerSec)).join(' and ')} req/s (start and end of the block); ratios use the mean, ${n0(bare.reqPerSec)}.`);
       out.push('');
     }
-    out.push(table(header, rows.map((r) => rowCells(results, r, [r.impl === 'bare' ? '–' : r.impl === 'floor' ? 'floor (Map)' : r.store, SCENARIO_LABEL[r.scenario]]))));
+    const storeCell = (r: Row) => (r.impl === 'bare' ? '–' : r.impl === 'floor' ? 'floor (Map)' : r.impl === 'node-idempotency' ? `${r.store}, ${NEST_PEER}` : r.store);
+    if (nestPeer) {
+      out.push(`NestJS 10 (bench/nest10), where ${NEST_PEER} runs: the bare Nest handler, ours and the peer take turns.`);
+      out.push('');
+    }
+    out.push(table(header, rows.map((r) => rowCells(results, r, [storeCell(r), SCENARIO_LABEL[r.scenario]]))));
     if (rows.some((r) => r.impl === 'floor')) {
       out.push('');
       out.push('*floor (Map)*: a minimal layer written only for comparison (no lease, fencing, time bound or canonical JSON; SHA-256 of the raw body, a Map of 10,000 keys), so the gap between it and the bare handler is what the job itself costs on this machine.');
@@ -380,7 +404,7 @@ export function renderMarkdown(results: BenchResults): string {
     out.push('');
   }
 
-  const peerRows = results.rows.filter((r) => r.impl === 'express-idempotency' || r.impl === 'node-idempotency');
+  const peerRows = results.rows.filter((r) => r.adapter === 'express' && (r.impl === 'express-idempotency' || r.impl === 'node-idempotency'));
   if (peerRows.length > 0) {
     out.push('### Peers on Express (same handler, same store kind)');
     out.push('');

@@ -77,6 +77,8 @@ const ALL_ADAPTERS = [
   ...FETCH_STYLES.map((s) => `fetch:${s}`),
   // NestJS on its Express platform: IdempotencyModule + @Idempotent() against a bare Nest handler.
   'nestjs',
+  // The same on NestJS 10 (bench/nest10), beside @node-idempotency/nestjs@1.0.4, which supports NestJS 9 and 10 only.
+  'nestjs:10',
 ];
 const ALL_STORES = ['memory', 'sqlite', 'redis', 'postgres'] as const;
 type AdapterName = string;
@@ -619,11 +621,16 @@ async function main(): Promise<void> {
       continue;
     }
     log(`\n${adapter} (${fmt((Date.now() - started) / 1000, 1)} s)`);
-    if (adapter === 'nestjs' && !quick) {
-      // Nest: the bare handler and ours take turns, `repeats` times, so that drift on a
-      // shared machine lands on all of them alike; each is reported as its median run.
+    if (baseOf(adapter) === 'nestjs' && !quick) {
+      // Nest: the bare handler and ours (and on NestJS 10 the peer) take turns, `repeats`
+      // times, so that drift on a shared machine lands on all of them alike; each is
+      // reported as its median run.
       const contenders: Spec[] = [{ adapter, impl: 'bare', store: 'none', scenario: 'bare' }];
-      for (const scenario of scenarios) if (scenario !== 'storm' && storeUrls.memory) contenders.push({ adapter, impl: 'ours', store: 'memory', scenario });
+      for (const scenario of scenarios) {
+        if (scenario === 'storm') continue;
+        if (storeUrls.memory) contenders.push({ adapter, impl: 'ours', store: 'memory', scenario });
+        if (adapter === 'nestjs:10' && peers) contenders.push({ adapter, impl: 'node-idempotency', store: 'memory', scenario });
+      }
       for (const r of await measureInTurns(contenders)) push(r);
       continue;
     }
