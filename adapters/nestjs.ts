@@ -225,7 +225,12 @@ const PASSTHROUGH_METADATA = '__responsePassthrough__';
 
 type Unprotected = 'SSE' | '@Res() without passthrough' | 'StreamableFile';
 
-const HANDLED: unique symbol = Symbol('idempotency-kit:nestjs:handled');
+/**
+ * The requests the interceptor took (once per request, also when it is bound a second
+ * time). A set, not a mark on the request: Express gives each request its app's own
+ * prototype, and a property added to such an object builds a hidden class of its own.
+ */
+const handledRequests = new WeakSet<object>();
 
 /** The platform response: Express's `res` or Fastify's reply (with `.raw`). */
 type PlatformResponse = Record<string, unknown> & { raw?: ServerResponse };
@@ -287,6 +292,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   readonly #reflector = new Reflector();
   readonly #layers = new WeakMap<Function, Idempotency<NestRequest> | null>();
   readonly #warned = new Set<Unprotected>();
+  /** Per handler: why it runs unprotected (read from its metadata once), or null. */
+  readonly #unprotected = new WeakMap<Function, Unprotected | null>();
   readonly #logger = new Logger('Idempotency');
 
   readonly #modules: ModulesContainer | undefined;
@@ -362,14 +369,13 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     const layer = this.layerFor(controller, handler);
     const http = context.switchToHttp();
     const req = http.getRequest<NestRequest & { raw?: IncomingMessage; originalUrl?: string }>();
-    const marks = req as unknown as Record<symbol, unknown>;
     // Once per request, also with the interceptor bound a second time (`@UseInterceptors`).
-    if (!layer || !layer.covers(req.method) || marks[HANDLED]) return next.handle();
-    marks[HANDLED] = true;
-    const where = `${controller.name}.${handler.name}`;
-    const unprotected = unprotectedBy(controller, handler);
+    if (!layer || !layer.covers(req.method) || handledRequests.has(req)) return next.handle();
+    handledRequests.add(req);
+    let unprotected = this.#unprotected.get(handler);
+    if (unprotected === undefined) this.#unprotected.set(handler, (unprotected = unprotectedBy(controller, handler) ?? null));
     if (unprotected) {
-      this.#warnOnce(unprotected, where);
+      this.#warnOnce(unprotected, `${controller.name}.${handler.name}`);
       return next.handle();
     }
     const res = http.getResponse<PlatformResponse>();
@@ -417,7 +423,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
           tap((value) => {
             if (value instanceof StreamableFile) {
               // Sent in its own way: not stored, released (a retry runs again).
-              this.#warnOnce('StreamableFile', where);
+              this.#warnOnce('StreamableFile', `${controller.name}.${handler.name}`);
               release();
             }
           }),
