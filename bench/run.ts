@@ -9,7 +9,8 @@
  *   --warmup=S           seconds of warm-up load before each measured run (default 1, quick 0.3)
  *   --connections=N      autocannon connections (default 32)
  *   --repeats=N          runs of every case (a fresh server each), median reported (default 3, quick 1)
- *   --adapters=a,b       subset of node,express,fastify,koa,hono,hono:<style>,fetch:<style>,nestjs (styles: bench/apps.ts)
+ *   --adapters=a,b       subset of node,express,fastify,koa,hono,hono:<style>,fetch:<style>,nestjs,nestjs:10 (styles: bench/apps.ts;
+ *                        nestjs:10 is NestJS 10 from bench/nest10, beside @node-idempotency/nestjs@1.0.4)
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
  *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting --no-encryption   skip a part
