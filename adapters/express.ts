@@ -21,7 +21,7 @@ import {
   abandonOnClose,
   assertDeclaredLength,
   bodyConsumed,
-  captureResponse,
+  captureExpressResponse,
   isMultipart,
   keyHeaderLines,
   readBody,
@@ -114,7 +114,8 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
     const { claim } = decision;
     // res.json, res.send, res.redirect, res.sendFile and Express's error handler all end in
     // res.write / res.end: the response is stored (or released) whoever writes it.
-    const capture = captureResponse(res, claim);
+    // Recorded without adding properties to the response (see captureExpressResponse).
+    const capture = captureExpressResponse(res, claim);
     // Closed before anything ended the response: the client left (the handler may still
     // finish and store its answer) or an error after the headers went out made Express
     // destroy the socket. Either way the claim now lives on its lease only.

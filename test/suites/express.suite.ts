@@ -14,7 +14,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { idempotency } from '../../adapters/express.js';
 import { Calls, readAll } from '../adapters/apps.js';
-import { expectProblem, send } from '../adapters/client.js';
+import { expectProblem, send, sendAndAbortWhen } from '../adapters/client.js';
 
 type Express = typeof express5;
 type Handler = (req: express5.Request, res: express5.Response) => unknown;
@@ -268,6 +268,232 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
       const url = await listen(app);
       expect((await send(url, { path: '/orders', key: key() })).status).toBe(500);
       expect(calls.count('orders')).toBe(0);
+    });
+
+    // Captured without adding properties to Express's response (the wrappers sit once on
+    // Express's own response object); the cases below are where that must still hold.
+    const ownMethods = (res: http.ServerResponse) => ['writeHead', 'write', 'end'].filter((m) => Object.hasOwn(res, m));
+
+    it('the response gets no own writeHead / write / end from the layer, and an app without a layer on the same Express answers as before', async () => {
+      const calls = new Calls();
+      const seen: string[][] = [];
+      const app = express();
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      app.post(
+        '/orders',
+        route((_req, res) => {
+          seen.push(ownMethods(res));
+          res.status(201).json({ n: calls.hit('orders') });
+        }),
+      );
+      const plain = express();
+      plain.post('/orders', (_req, res) => {
+        seen.push(ownMethods(res));
+        res.status(200).type('text/plain');
+        res.write('a,');
+        res.end('b');
+      });
+      const url = await listen(app);
+      const plainUrl = await listen(plain);
+      const k = key();
+      expect((await send(url, { path: '/orders', key: k })).json()).toEqual({ n: 1 });
+      const replay = await send(url, { path: '/orders', key: k });
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.json()).toEqual({ n: 1 });
+      for (let i = 0; i < 2; i++) {
+        const answer = await send(plainUrl, { path: '/orders', key: k });
+        expect([answer.status, answer.text, answer.headers['idempotent-replayed']]).toEqual([200, 'a,b', undefined]);
+      }
+      expect(seen).toEqual([[], [], []]);
+      expect(calls.count('orders')).toBe(1);
+    });
+
+    it('a mounted sub-app (app.use("/api", sub)) with the layer in the parent, in the sub-app, or in both: captured, replayed, run once', async () => {
+      const calls = new Calls();
+      const seen: string[][] = [];
+      const handler = (name: string) =>
+        route((req, res) => {
+          seen.push(ownMethods(res));
+          res.status(201).json({ n: calls.hit(name), at: req.originalUrl });
+        });
+      // The layer in the parent, the handler in a sub-app (the response changes prototype on the way in and out).
+      const sub = express();
+      sub.post('/orders', handler('parent-layer'));
+      const parent = express();
+      parent.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      parent.use('/api', sub);
+      // The layer in the sub-app; the parent has none.
+      const guarded = express();
+      guarded.use(express.json());
+      guarded.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      guarded.post('/orders', handler('sub-layer'));
+      const outer = express();
+      outer.use('/api', guarded);
+      // Both: a layer in the parent and another in the sub-app, on the same response.
+      const inner = express();
+      inner.use(idempotency({ store: memoryStore(), scope: 'shared', header: 'X-Request-Id' }));
+      inner.post('/orders', handler('both'));
+      const both = express();
+      both.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      both.use('/api', inner);
+      for (const [app, name] of [
+        [parent, 'parent-layer'],
+        [outer, 'sub-layer'],
+        [both, 'both'],
+      ] as const) {
+        const url = await listen(app);
+        const k = key();
+        const r = key();
+        const first = await send(url, { path: '/api/orders', key: k, headers: { 'X-Request-Id': r }, body: { a: 1 } });
+        expect([first.status, first.json()], name).toEqual([201, { n: 1, at: '/api/orders' }]);
+        // Replayed by the outer layer, and (for `both`) by the inner one under a new outer key.
+        for (const again of [k, ...(name === 'both' ? [key()] : [])]) {
+          const replay = await send(url, { path: '/api/orders', key: again, headers: { 'X-Request-Id': r }, body: { a: 1 } });
+          expect([replay.status, replay.json(), replay.headers['idempotent-replayed']], name).toEqual([201, { n: 1, at: '/api/orders' }, 'true']);
+        }
+        expect(calls.count(name), name).toBe(1);
+      }
+      // One layer: no own methods; two layers: the second one falls back to its own.
+      expect(seen.slice(0, 2)).toEqual([[], []]);
+      expect(seen[2]).toEqual(['writeHead', 'write', 'end']);
+    });
+
+    it('a middleware that replaces res.end and res.write on the response (as compression does), before or after the layer: the client gets the same bytes first and on replay', async () => {
+      // Upper-cases the body on its way out, through the methods it saved: the ones it found
+      // on the response, or Node's own (what it finds before the layer's first capture).
+      const shout =
+        (saveFrom: 'response' | 'node'): express5.RequestHandler =>
+        (_req, res, next) => {
+          const from = saveFrom === 'node' ? http.ServerResponse.prototype : res;
+          const write = from.write as (...args: unknown[]) => boolean;
+          const end = from.end as (...args: unknown[]) => unknown;
+          const upper = (chunk: unknown) =>
+            typeof chunk === 'string' ? chunk.toUpperCase() : chunk instanceof Uint8Array ? Buffer.from(Buffer.from(chunk).toString().toUpperCase()) : chunk;
+          res.removeHeader('content-length');
+          res.write = function (this: unknown, chunk: unknown, ...rest: unknown[]) {
+            res.removeHeader('content-length');
+            return write.call(this, upper(chunk), ...rest);
+          } as typeof res.write;
+          res.end = function (this: unknown, chunk?: unknown, ...rest: unknown[]) {
+            if (!res.headersSent) res.removeHeader('content-length');
+            return end.call(this, upper(chunk), ...rest);
+          } as typeof res.end;
+          next();
+        };
+      const calls = new Calls();
+      for (const [place, saveFrom] of [
+        ['before', 'response'],
+        ['before', 'node'],
+        ['after', 'response'],
+      ] as const) {
+        const name = `${place}-${saveFrom}`;
+        const app = express();
+        if (place === 'before') app.use(shout(saveFrom));
+        app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+        if (place === 'after') app.use(shout(saveFrom));
+        app.post(
+          '/orders',
+          route((_req, res) => {
+            res.status(201).json({ n: calls.hit(name), name });
+          }),
+        );
+        app.post(
+          '/stream',
+          route(async (_req, res) => {
+            res.status(202).type('text/plain');
+            res.write('a,');
+            await sleep(5);
+            res.end(`b${calls.hit(`${name}-stream`)}`);
+          }),
+        );
+        const url = await listen(app);
+        const k = key();
+        const first = await send(url, { path: '/orders', key: k });
+        const replay = await send(url, { path: '/orders', key: k });
+        expect([first.status, first.text], name).toEqual([201, `{"N":1,"NAME":"${name.toUpperCase()}"}`]);
+        expect([replay.status, replay.text, replay.headers['idempotent-replayed']], name).toEqual([201, first.text, 'true']);
+        const s = key();
+        const streamed = await send(url, { path: '/stream', key: s });
+        const streamReplay = await send(url, { path: '/stream', key: s });
+        expect([streamed.status, streamed.text], name).toEqual([202, 'A,B1']);
+        expect([streamReplay.status, streamReplay.text, streamReplay.headers['idempotent-replayed']], name).toEqual([202, 'A,B1', 'true']);
+        expect([calls.count(name), calls.count(`${name}-stream`)], name).toEqual([1, 1]);
+      }
+    });
+
+    it('in a sub-app, res.json / res.send / res.redirect / res.sendFile / streams are captured and replayed, a thrown error releases the key, a client that left gets the replay', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'idem-express-sub-'));
+      const file = join(dir, 'receipt.txt');
+      writeFileSync(file, 'receipt '.repeat(500));
+      const calls = new Calls();
+      let started!: () => void;
+      const sub = express();
+      sub.post('/json', route((_req, res) => res.status(201).json({ n: calls.hit('json') })));
+      sub.post('/send', route((_req, res) => res.send(`sent ${calls.hit('send')}`)));
+      sub.post('/redirect', route((_req, res) => res.redirect(303, `/orders/${calls.hit('redirect')}`)));
+      sub.post(
+        '/file',
+        route((_req, res) => {
+          calls.hit('file');
+          res.sendFile(file);
+        }),
+      );
+      sub.post(
+        '/stream',
+        route(async (_req, res) => {
+          res.type('text/plain');
+          res.write('x,');
+          await sleep(5);
+          res.end(`y${calls.hit('stream')}`);
+        }),
+      );
+      sub.post(
+        '/fails',
+        route(() => {
+          calls.hit('fails');
+          throw new Error('boom');
+        }),
+      );
+      sub.post(
+        '/slow',
+        route(async (_req, res) => {
+          started();
+          await sleep(60);
+          res.status(201).json({ n: calls.hit('slow') });
+        }),
+      );
+      sub.use((_error: unknown, _req: express5.Request, res: express5.Response, _next: express5.NextFunction) => {
+        res.status(500).json({ error: 'internal' });
+      });
+      const app = express();
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      app.use('/api', sub);
+      const url = await listen(app);
+      for (const path of ['/json', '/send', '/redirect', '/file', '/stream']) {
+        const k = key();
+        const first = await send(url, { path: `/api${path}`, key: k });
+        const replay = await send(url, { path: `/api${path}`, key: k });
+        expect(replay.status, path).toBe(first.status);
+        expect(replay.body.equals(first.body), path).toBe(true);
+        expect(replay.headers['content-type'], path).toBe(first.headers['content-type']);
+        expect(replay.headers.location, path).toBe(first.headers.location);
+        expect(replay.headers['idempotent-replayed'], path).toBe('true');
+        expect(calls.count(path.slice(1)), path).toBe(1);
+      }
+      const f = key();
+      const failures = [await send(url, { path: '/api/fails', key: f }), await send(url, { path: '/api/fails', key: f })];
+      expect(failures.map((r) => [r.status, r.headers['idempotent-replayed']])).toEqual([
+        [500, undefined],
+        [500, undefined],
+      ]);
+      expect(calls.count('fails')).toBe(2);
+      // The client leaves while the handler runs: the handler finishes, its answer is stored.
+      const s = key();
+      await sendAndAbortWhen(url, { path: '/api/slow', key: s }, () => new Promise<void>((resolve) => (started = resolve)));
+      await sleep(150);
+      const after = await send(url, { path: '/api/slow', key: s });
+      expect([after.status, after.json(), after.headers['idempotent-replayed']]).toEqual([201, { n: 1 }, 'true']);
+      expect(calls.count('slow')).toBe(1);
     });
 
     it('bad options are a TypeError when the middleware is created', () => {
