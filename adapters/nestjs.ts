@@ -57,7 +57,7 @@ import { setRejectionHeaders, transactionDecorator } from './internal/nest-trans
 import {
   assertDeclaredLength,
   bodyConsumed,
-  captureResponse,
+  captureExpressResponse,
   keyHeaderLines,
   readBody,
   restoreBody,
@@ -412,7 +412,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
           fail: (error) => claim.fail(error),
           abandon: () => claim.abandon(),
         };
-        const capture = captureResponse(rawRes, guarded);
+        const capture = captureExpressResponse(rawRes, guarded);
         const release = (error?: unknown) => {
           if (!capture.ended) released ??= { error };
         };
