@@ -277,7 +277,8 @@ export function storeContract(name: string, target: ContractTarget | undefined, 
           await store.claim(k, claimOf(`t-${k}`), 5000);
           await store.complete(k, `t-${k}`, response(200, k), 60_000);
         }
-        for (const k of running) await store.claim(k, claimOf(`t-${k}`), 5000);
+        // Leases long enough to outlive a slow page-by-page scan of a shared store on a loaded machine.
+        for (const k of running) await store.claim(k, claimOf(`t-${k}`), 60_000);
         const gone = `${mark}-gone`;
         await store.claim(gone, claimOf('g'), 5000);
         await store.release(gone, 'g');
