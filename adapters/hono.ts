@@ -77,7 +77,6 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
   return async function idempotency(c, next) {
     if (!layer.covers(c.req.method)) return next();
     const request = c.req.raw;
-    const node = nodeServerPair(c.env);
     let consumed: Uint8Array | RawBody | undefined;
     let unread: Uint8Array | undefined;
     const readBody = async (): Promise<unknown> => {
@@ -97,14 +96,14 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
       // The request itself, through the server's fast path (a clone would build a second
       // body stream); the handlers read the same bytes from Hono's body cache, or from a
       // `c.req.raw` built when they ask for it.
-      return (consumed = await consumeBody(request, layer.maxBodyBytes, node !== undefined));
+      return (consumed = await consumeBody(request, layer.maxBodyBytes, nodeServerPair(c.env) !== undefined));
     };
     const decision = await layer.begin(requestInfo(request, layer, c, readBody));
     if (consumed !== undefined && decision.type !== 'respond') lendBody(c.req, request, consumed instanceof Uint8Array ? consumed : consumed.bytes());
     // Still unread: `c.req.raw` is the request itself; Hono's methods answer from the cache.
     if (unread !== undefined && decision.type !== 'respond') lendBody(c.req, request, unread, true);
     if (decision.type === 'respond') {
-      drainAfterEarlyAnswer(node);
+      drainAfterEarlyAnswer(nodeServerPair(c.env));
       return toResponse(decision.response);
     }
     if (decision.type === 'pass') return next();

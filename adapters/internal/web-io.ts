@@ -563,13 +563,6 @@ export function keepAliveUntilSettled(claim: HttpClaim, waitUntil: WaitUntil | u
   };
 }
 
-/** Node's response, as @hono/node-server passes it to a fetch handler (`env.outgoing`). */
-interface NodeOutgoing {
-  once(event: 'close', listener: () => void): unknown;
-  readonly writableFinished: boolean;
-  readonly destroyed: boolean;
-}
-
 /**
  * Stop renewing the claim's lease once the client is gone, and say whether it is, from the
  * platform's arguments: on @hono/node-server (`fetch(request, { incoming, outgoing })`),
@@ -578,13 +571,12 @@ interface NodeOutgoing {
  * the request's signal.
  */
 export function clientGoneFor(request: Request, rest: readonly unknown[], claim: HttpClaim): { readonly aborted: boolean } {
-  const outgoing = (rest[0] as { outgoing?: Partial<NodeOutgoing> } | null | undefined)?.outgoing;
-  if (typeof outgoing?.once !== 'function' || typeof outgoing.writableFinished !== 'boolean' || typeof outgoing.destroyed !== 'boolean') {
+  const node = nodeServerPair(rest[0])?.outgoing;
+  if (node === undefined) {
     const { signal } = request;
     abandonOnAbort(signal, claim);
     return signal;
   }
-  const node = outgoing as NodeOutgoing;
   const state = { aborted: node.destroyed && !node.writableFinished };
   if (state.aborted) claim.abandon();
   else {
