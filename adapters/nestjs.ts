@@ -53,7 +53,8 @@ import type { RawBody } from '../src/fingerprint.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import type { HttpResponse } from '../src/problem.js';
 import type { IdempotencyStore } from '../src/store.js';
-import { setRejectionHeaders, transactionDecorator } from './internal/nest-transaction.js';
+import { setRejectionHeaders } from './internal/nest-http.js';
+import { transactionDecorator } from './internal/nest-transaction.js';
 import {
   assertDeclaredLength,
   bodyConsumed,
