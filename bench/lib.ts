@@ -126,9 +126,12 @@ export function pinCores(): { pinning?: Pinning; note: string } {
 }
 
 /** Start the benchmark server in a child process; resolves once it listens. */
-export function startServer(env: ServerEnv, options: { cpuProfDir?: string; timeoutMs?: number } = {}): Promise<ServerHandle> {
+export function startServer(env: ServerEnv, options: { cpuProfDir?: string; cpuProfName?: string; timeoutMs?: number } = {}): Promise<ServerHandle> {
   const nodeArgs: string[] = [];
-  if (options.cpuProfDir) nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`);
+  if (options.cpuProfDir) {
+    nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`);
+    if (options.cpuProfName) nodeArgs.push(`--cpu-prof-name=${options.cpuProfName.replace(/[^\w.-]+/g, '_')}-${Date.now()}.cpuprofile`);
+  }
   // `nestjs:10`: NestJS 10 and @node-idempotency/nestjs from the bench/nest10 workspace.
   if (env.ADAPTER === 'nestjs' && env.STYLE === '10') nodeArgs.push('--import', './bench/nest10/register.mjs');
   const argv = [...nodeArgs, ...entries.server];

@@ -330,7 +330,7 @@ async function measureOnce(spec: Spec): Promise<Row | undefined> {
   const label = `${spec.adapter}/${spec.impl}/${spec.store}/${spec.scenario}`;
   let server: ServerHandle;
   try {
-    server = await startServer(envFor(spec), { cpuProfDir });
+    server = await startServer(envFor(spec), { cpuProfDir, cpuProfName: label });
   } catch (error) {
     problems.push(`${label}: ${(error as Error).message}`);
     log(`  ${label.padEnd(44)} FAILED TO START`);

@@ -75,13 +75,15 @@ export interface TransactionResponse {
 /** How the HTTP layer runs `inTransaction` for one request (set by the middleware). */
 export type RequestTransaction = (work: (client: unknown) => Promise<HttpResponse>) => Promise<HttpResponse>;
 
-// Kept on the request object under a symbol (no WeakMap entry per request for the
-// collector to trace) when it is an instance of a class (its prototype has a constructor
-// of its own: Node's IncomingMessage, Fastify's Request); otherwise in the WeakMap. Express
-// sets every request's prototype to its app's own request object, and on such an object
-// each added property builds a hidden class of its own: about 5 µs per request, against
-// a fraction of one for the WeakMap entry. A request that cannot take a property uses the
-// WeakMap too.
+// Kept on the request object under a symbol when it is an instance of a class (its
+// prototype has a constructor of its own: Node's IncomingMessage, Fastify's Request, Hono's
+// Context) or an object built from plain objects (Koa's context, `Object.create` of an
+// object literal): a WeakMap entry per request would keep the request, and all it holds,
+// alive through every young-generation collection until the next full one (on Koa, young
+// collections took five times as long). Express instead sets every request's prototype to
+// its app's own request object, a class instance re-prototyped, and on such an object each
+// added property builds a hidden class of its own (about 5 µs per request): those, and
+// requests that cannot take a property, go to the WeakMap.
 const REQUEST_TRANSACTION: unique symbol = Symbol('idempotency-kit.transaction');
 const requestTransactions = new WeakMap<object, RequestTransaction>();
 const hasOwn = Object.prototype.hasOwnProperty;
@@ -89,10 +91,33 @@ const hasOwn = Object.prototype.hasOwnProperty;
 /** Called by the HTTP layer for every request it lets through to a handler. */
 export function registerRequestTransaction(raw: unknown, run: RequestTransaction): void {
   if (typeof raw !== 'object' || raw === null) return;
-  const prototype: unknown = Object.getPrototypeOf(raw);
-  if (prototype !== null && hasOwn.call(prototype, 'constructor') && Object.isExtensible(raw)) {
+  if (Object.isExtensible(raw) && takesProperty(Object.getPrototypeOf(raw) as object | null)) {
     (raw as { [REQUEST_TRANSACTION]?: RequestTransaction })[REQUEST_TRANSACTION] = run;
   } else requestTransactions.set(raw, run);
+}
+
+// Per prototype (long-lived objects, so this map costs the collector nothing per request).
+const prototypeTakesProperty = new WeakMap<object, boolean>();
+
+/**
+ * Whether an object with this prototype takes an added property cheaply: the prototype is
+ * a class's own (it has a `constructor` of its own), or the first prototype up the chain
+ * that has one is `Object.prototype` (objects built with `Object.create` from plain ones).
+ * Not when that first one is another class's: an instance re-prototyped (Express's requests).
+ */
+function takesProperty(prototype: object | null): boolean {
+  if (prototype === null) return false;
+  let known = prototypeTakesProperty.get(prototype);
+  if (known === undefined) {
+    known = hasOwn.call(prototype, 'constructor');
+    if (!known) {
+      let up = Object.getPrototypeOf(prototype) as object | null;
+      while (up !== null && !hasOwn.call(up, 'constructor')) up = Object.getPrototypeOf(up) as object | null;
+      known = up === Object.prototype;
+    }
+    prototypeTakesProperty.set(prototype, known);
+  }
+  return known;
 }
 
 function requestTransaction(req: object): RequestTransaction | undefined {
