@@ -75,15 +75,15 @@ export interface TransactionResponse {
 /** How the HTTP layer runs `inTransaction` for one request (set by the middleware). */
 export type RequestTransaction = (work: (client: unknown) => Promise<HttpResponse>) => Promise<HttpResponse>;
 
-// Kept on the request object under a symbol when it is an instance of a class (its
-// prototype has a constructor of its own: Node's IncomingMessage, Fastify's Request, Hono's
-// Context) or an object built from plain objects (Koa's context, `Object.create` of an
-// object literal): a WeakMap entry per request would keep the request, and all it holds,
-// alive through every young-generation collection until the next full one (on Koa, young
-// collections took five times as long). Express instead sets every request's prototype to
-// its app's own request object, a class instance re-prototyped, and on such an object each
-// added property builds a hidden class of its own (about 5 µs per request): those, and
-// requests that cannot take a property, go to the WeakMap.
+// Kept on the request object under a symbol when the engine adds a property cheaply: an
+// instance of a class (Node's IncomingMessage, Fastify's Request, Hono's Context) or an
+// object made by `Object.create` (Koa's context, @hono/node-server's Request). A WeakMap
+// entry per request would keep the request, and all it holds, alive through every
+// young-generation collection until the next full one (on Koa, young collections took five
+// times as long). Express instead sets the prototype of Node's message, once built, to its
+// app's own request object, and on such an object each added property builds a hidden
+// class of its own (about 3 to 5 µs per request): those (told apart by the `socket` their
+// constructor left on them), and requests that cannot take a property, go to the WeakMap.
 const REQUEST_TRANSACTION: unique symbol = Symbol('idempotency-kit.transaction');
 const requestTransactions = new WeakMap<object, RequestTransaction>();
 const hasOwn = Object.prototype.hasOwnProperty;
@@ -91,21 +91,23 @@ const hasOwn = Object.prototype.hasOwnProperty;
 /** Called by the HTTP layer for every request it lets through to a handler. */
 export function registerRequestTransaction(raw: unknown, run: RequestTransaction): void {
   if (typeof raw !== 'object' || raw === null) return;
-  if (Object.isExtensible(raw) && takesProperty(Object.getPrototypeOf(raw) as object | null)) {
+  if (Object.isExtensible(raw) && takesProperty(raw)) {
     (raw as { [REQUEST_TRANSACTION]?: RequestTransaction })[REQUEST_TRANSACTION] = run;
   } else requestTransactions.set(raw, run);
 }
 
-// Per prototype (long-lived objects, so this map costs the collector nothing per request).
+// Per prototype (long-lived objects, so this map costs the collector nothing per request):
+// the requests of one framework that share a prototype are all made the same way.
 const prototypeTakesProperty = new WeakMap<object, boolean>();
 
 /**
- * Whether an object with this prototype takes an added property cheaply: the prototype is
- * a class's own (it has a `constructor` of its own), or the first prototype up the chain
- * that has one is `Object.prototype` (objects built with `Object.create` from plain ones).
- * Not when that first one is another class's: an instance re-prototyped (Express's requests).
+ * Whether `raw` takes an added property cheaply: its prototype is a class's own (it has a
+ * `constructor` of its own), or the object was not built by a class and re-prototyped
+ * afterwards: either the first prototype up the chain with a constructor of its own is
+ * `Object.prototype`, or the object lacks the `socket` Node's messages are built with.
  */
-function takesProperty(prototype: object | null): boolean {
+function takesProperty(raw: object): boolean {
+  const prototype = Object.getPrototypeOf(raw) as object | null;
   if (prototype === null) return false;
   let known = prototypeTakesProperty.get(prototype);
   if (known === undefined) {
@@ -113,7 +115,7 @@ function takesProperty(prototype: object | null): boolean {
     if (!known) {
       let up = Object.getPrototypeOf(prototype) as object | null;
       while (up !== null && !hasOwn.call(up, 'constructor')) up = Object.getPrototypeOf(up) as object | null;
-      known = up === Object.prototype;
+      known = up === Object.prototype || !hasOwn.call(raw, 'socket');
     }
     prototypeTakesProperty.set(prototype, known);
   }

@@ -13,10 +13,12 @@ const run: RequestTransaction = async () => ({ status: 200, headers: {}, body: n
 const ownSymbols = (o: object) => Object.getOwnPropertySymbols(o).length;
 
 describe('the inTransaction hook of a request', () => {
-  it('goes on a class instance (Node message) and on a Koa context (plain prototypes) as a symbol property', () => {
+  it('goes on a class instance (Node message), a Koa context and an object made by Object.create as a symbol property', () => {
     const message = new IncomingMessage(new Socket());
     const ctx = new Koa().createContext(new IncomingMessage(new Socket()), {} as never);
-    for (const raw of [message, ctx, Object.create({ plain: true }) as object, {}]) {
+    // As @hono/node-server makes its requests: Object.create of an object whose prototype is Request's.
+    const lightRequest = Object.create(Object.setPrototypeOf({ light: true }, Request.prototype) as object) as object;
+    for (const raw of [message, ctx, lightRequest, Object.create({ plain: true }) as object, {}]) {
       const before = ownSymbols(raw);
       expect(hasRequestTransaction(raw)).toBe(false);
       registerRequestTransaction(raw, run);
