@@ -50,13 +50,16 @@ export class Engine implements EngineServices {
   call<T>(operation: StoreOperation, run: () => Promise<T>): Promise<T> {
     const { storeTimeoutMs } = this.options;
     const message = (this.#timeoutMessages[operation] ??= `store ${operation} timed out after ${storeTimeoutMs} ms`);
-    let pending: Promise<T>;
     try {
-      pending = this.telemetry.storeCall(operation, () => withTimeout(run(), storeTimeoutMs, message), (error) => error instanceof Error && error.message === message);
+      // Unobserved (no span, histogram or channel subscriber): the bounded call alone, and
+      // its failures mapped on the way, with no wrapper closures or promises per call.
+      if (!this.telemetry.watchesStoreCalls()) return withTimeout(run(), storeTimeoutMs, message, storeUnavailable);
+      return this.telemetry
+        .storeCall(operation, () => withTimeout(run(), storeTimeoutMs, message), (error) => error instanceof Error && error.message === message)
+        .catch(toStoreUnavailable);
     } catch (error) {
-      pending = Promise.reject(error); // a store method that throws instead of rejecting
+      return Promise.reject(storeUnavailable(error)); // a store method that throws instead of rejecting
     }
-    return pending.catch(toStoreUnavailable);
   }
 
   /** The timeout message of each store operation, made once. */
@@ -114,6 +117,11 @@ export class Engine implements EngineServices {
   }
 }
 
+/** A failed store call as the engine reports it: its own errors as they are, anything else StoreUnavailableError. */
+function storeUnavailable(error: unknown): unknown {
+  return isIdempotencyError(error) ? error : new StoreUnavailableError(error);
+}
+
 function toStoreUnavailable(error: unknown): never {
-  throw isIdempotencyError(error) ? error : new StoreUnavailableError(error);
+  throw storeUnavailable(error);
 }

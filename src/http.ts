@@ -180,6 +180,9 @@ export type HttpDecision<Req> =
   | { type: 'respond'; response: HttpResponse; error?: IdempotencyError }
   | { type: 'execute'; claim: HttpClaim; body: unknown; request: HttpRequestInfo<Req> };
 
+/** The one decision to let a request through (nothing per request in it). */
+const PASS: { readonly type: 'pass' } = Object.freeze({ type: 'pass' });
+
 /** Replayed by default. Everything else (set-cookie, date, request ids, hop-by-hop) is not. */
 const DEFAULT_REPLAY_HEADERS = [
   'content-type',
@@ -297,11 +300,14 @@ export class Idempotency<Req = unknown> {
   }
 
   /** Decide what to do with a request: pass it through, answer it, or run the handler under a claim. */
-  async begin(request: HttpRequestInfo<Req>): Promise<HttpDecision<Req>> {
-    const decision = await this.#begin(request);
-    // `inTransaction(req)` in the handler finds how to run its transaction here.
-    if (decision.type === 'pass') registerRequestTransaction(request.raw, this.#plainTransaction);
-    return decision;
+  begin(request: HttpRequestInfo<Req>): Promise<HttpDecision<Req>> {
+    return this.#begin(request);
+  }
+
+  /** Let the request through unprotected; `inTransaction(req)` in its handler then runs a plain transaction. */
+  #pass(raw: Req): HttpDecision<Req> {
+    registerRequestTransaction(raw, this.#plainTransaction);
+    return PASS;
   }
 
   /** Without a claim (no key where keys are optional, or the store failed open): a transaction without a record. */
@@ -328,11 +334,11 @@ export class Idempotency<Req = unknown> {
   }
 
   async #begin(request: HttpRequestInfo<Req>): Promise<HttpDecision<Req>> {
-    if (!this.covers(request.method)) return { type: 'pass' };
+    if (!this.covers(request.method)) return this.#pass(request.raw);
     const parsed = parseIdempotencyKey(request.keyHeaderLines, this.maxKeyLength);
     if (parsed.key === undefined) {
       if (parsed.error) return this.#problem(parsed.error);
-      if (!this.required) return { type: 'pass' };
+      if (!this.required) return this.#pass(request.raw);
       return this.#problem(new IdempotencyKeyError(undefined, 'Idempotency key missing.'));
     }
     const key = parsed.key;
@@ -434,59 +440,98 @@ export class Idempotency<Req = unknown> {
   }
 
   #claim(lease: Lease, raw: Req): HttpClaim {
-    const storeResponse = this.#options.storeResponse ?? defaultStoreResponse;
-    // Set once `inTransaction` completed or released the claim: the response the adapter
-    // captures afterwards is the one the transaction stored, or one not to store.
-    let settledByTransaction = false;
-    registerRequestTransaction(raw, async (work) => {
-      if (!isTransactionalStore(this.engine.options.store)) throw this.#notTransactional();
-      if (settledByTransaction) throw new TypeError('inTransaction(req) can run once per request');
-      settledByTransaction = true;
-      try {
-        const { value } = await lease.transaction(work, (response) =>
-          storeResponse(response.status) ? this.#toStored(response) : undefined,
-        );
-        return value;
-      } catch (error) {
-        throw this.#noted(error);
-      }
-    });
-    return {
-      maxResponseBytes: this.maxResponseBytes,
-      finish: async (response) => {
-        if (settledByTransaction) return;
-        try {
-          if (!storeResponse(response.status)) {
-            await lease.release(response.status);
-            return;
-          }
-          const ttl = this.#ttl;
-          await lease.complete(this.#toStored(response), this.engine.ttlFor(ttl && (() => ttl(raw, response)), lease.key, lease.scope));
-        } catch (error) {
-          this.engine.storeError(storeResponse(response.status) ? 'complete' : 'release', lease.key, lease.scope, error);
-        }
-      },
-      fail: async () => {
-        if (settledByTransaction) return;
-        try {
-          await lease.release();
-        } catch (error) {
-          this.engine.storeError('release', lease.key, lease.scope, error);
-        }
-      },
-      abandon: () => lease.abandon(),
-    };
+    const claim = new LeaseClaim(this, lease, raw);
+    registerRequestTransaction(raw, (work) => claim.transaction(work));
+    return claim;
+  }
+
+  /** @internal How a claim's response is stored: `undefined` when its status is not stored (then the key is released). */
+  storedFor(response: CapturedResponse): StoredResponse | undefined {
+    return (this.#options.storeResponse ?? defaultStoreResponse)(response.status) ? this.#toStored(response) : undefined;
+  }
+
+  /** @internal The transaction `inTransaction(req)` runs under a claim: the handler's writes and the record in one commit. */
+  async runTransaction(claim: LeaseClaim<Req>, work: (client: unknown) => Promise<HttpResponse>): Promise<HttpResponse> {
+    if (!isTransactionalStore(this.engine.options.store)) throw this.#notTransactional();
+    if (!claim.settleByTransaction()) throw new TypeError('inTransaction(req) can run once per request');
+    try {
+      const { value } = await claim.lease.transaction(work, (response) => this.storedFor(response));
+      return value;
+    } catch (error) {
+      throw this.#noted(error);
+    }
   }
 
   #toStored(response: CapturedResponse): StoredResponse {
     const headers: Record<string, string | string[]> = {};
-    for (const [name, value] of Object.entries(response.headers)) {
+    const captured = response.headers;
+    // Own keys by `in` (no entry arrays): captured headers are a plain or null-prototype object.
+    for (const name in captured) {
+      if (!Object.prototype.hasOwnProperty.call(captured, name)) continue;
+      const value = captured[name];
       const lower = name.toLowerCase();
       if (value === undefined || !this.#replayHeaders.has(lower)) continue;
       headers[lower] = Array.isArray(value) ? value.map(String) : String(value);
     }
     const tooLarge = response.body !== null && response.body.byteLength > this.maxResponseBytes;
     return { status: response.status, headers, body: tooLarge ? null : response.body };
+  }
+}
+
+/**
+ * The claim an adapter holds while the handler runs: it stores the captured response, or
+ * releases the key. One object per request with its methods on the prototype (no closures).
+ */
+class LeaseClaim<Req> implements HttpClaim {
+  /** Set once `inTransaction` completed or released the claim: the response captured afterwards is the one it stored, or one not to store. */
+  #settledByTransaction = false;
+  readonly maxResponseBytes: number;
+
+  constructor(
+    readonly layer: Idempotency<Req>,
+    readonly lease: Lease,
+    readonly raw: Req,
+  ) {
+    this.maxResponseBytes = layer.maxResponseBytes;
+  }
+
+  transaction(work: (client: unknown) => Promise<HttpResponse>): Promise<HttpResponse> {
+    return this.layer.runTransaction(this, work);
+  }
+
+  /** Mark the claim settled by `inTransaction`; false when it already was (it runs once per request). */
+  settleByTransaction(): boolean {
+    if (this.#settledByTransaction) return false;
+    this.#settledByTransaction = true;
+    return true;
+  }
+
+  async finish(response: CapturedResponse): Promise<void> {
+    if (this.#settledByTransaction) return;
+    const { lease, layer } = this;
+    let operation: 'complete' | 'release' = 'complete';
+    try {
+      const stored = layer.storedFor(response);
+      if (stored === undefined) {
+        operation = 'release';
+        await lease.release(response.status);
+      } else await lease.complete(stored, layer.ttlFor(this.raw, response, lease.key, lease.scope));
+    } catch (error) {
+      layer.engine.storeError(operation, lease.key, lease.scope, error);
+    }
+  }
+
+  async fail(): Promise<void> {
+    if (this.#settledByTransaction) return;
+    try {
+      await this.lease.release();
+    } catch (error) {
+      this.layer.engine.storeError('release', this.lease.key, this.lease.scope, error);
+    }
+  }
+
+  abandon(): void {
+    this.lease.abandon();
   }
 }
 

@@ -272,6 +272,13 @@ export class Telemetry {
     }
   }
 
+  /** Whether store calls are reported at all (a span, the duration histogram or a channel subscriber); else storeCall only runs them. */
+  watchesStoreCalls(): boolean {
+    if (storeChannel.hasSubscribers) return true;
+    const instruments = this.#otel();
+    return instruments !== null && (instruments.timingStore || guard(instruments.tracing) === true);
+  }
+
   /** One store call, timed: a client span, the store duration histogram and the store channel. */
   storeCall<T>(operation: StoreOperation, run: () => Promise<T>, isTimeout: (error: unknown) => boolean): Promise<T> {
     const instruments = this.#otel();

@@ -115,9 +115,15 @@ function withOwnTimer<T>(promise: Promise<T>, ms: number, message: string): Prom
   return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
 }
 
-/** Settle with `promise`, or reject with `message` after `ms` (nothing hangs). */
-export function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
-  if (timerPerCall) return withOwnTimer(promise, ms, message);
+/**
+ * Settle with `promise`, or reject with `message` after `ms` (nothing hangs). `mapError`,
+ * when given, turns either failure into the error rejected with.
+ */
+export function withTimeout<T>(promise: Promise<T>, ms: number, message: string, mapError?: (error: unknown) => unknown): Promise<T> {
+  if (timerPerCall) {
+    const bounded = withOwnTimer(promise, ms, message);
+    return mapError === undefined ? bounded : bounded.catch((error: unknown) => Promise.reject(mapError(error)));
+  }
   let queue = queues.get(ms);
   if (queue === undefined) {
     queue = new DeadlineQueue(ms);
@@ -125,7 +131,8 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, message: string)
   }
   const q = queue;
   return new Promise<T>((resolve, reject) => {
-    const deadline = q.add(message, reject);
+    const fail = mapError === undefined ? reject : (error: unknown) => reject(mapError(error));
+    const deadline = q.add(message, fail);
     promise.then(
       (value) => {
         q.settle(deadline);
@@ -133,7 +140,7 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, message: string)
       },
       (error: unknown) => {
         q.settle(deadline);
-        reject(error);
+        fail(error);
       },
     );
   });

@@ -473,7 +473,8 @@ export function abandonOnClose(res: ServerResponse, claim: HttpClaim, ended: () 
     if (!ended() && !res.writableFinished) claim.abandon();
   };
   if (res.destroyed) onClose();
-  else res.once('close', onClose);
+  // A response emits 'close' once: `on` spares the wrapper `once` would build per request.
+  else res.on('close', onClose);
 }
 
 /** The key header's lines, one entry per line, so repeated lines are spotted. */
