@@ -16,7 +16,7 @@
  *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting --no-encryption   skip a part
  *   --write / --no-write write docs/benchmarks.md (generated part) and docs/benchmarks.svg
  *                        (default: write in full mode, not in quick mode)
- *   --cpu-prof           servers write V8 CPU profiles to bench/profiles/
+ *   --cpu-prof           servers write V8 CPU profiles to bench/profiles/, named <adapter>_<layer>_<store>_<scenario>-<time>
  *   --render             only re-render the docs from bench/results/full.json (the last full run)
  *
  * Exit code 1 when a server does not start, a run has connection errors, timeouts or
