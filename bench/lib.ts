@@ -20,6 +20,8 @@ export interface ServerHandle {
   /** Server counters; per-key figures only for keys starting with `prefix`. */
   stats(prefix?: string): Promise<ServerStats>;
   stop(): Promise<void>;
+  /** Send the server a signal (SIGUSR2 starts and stops heap sampling under `--heap-sample`). */
+  signal(name: NodeJS.Signals): void;
 }
 
 export interface ServerStats {
@@ -126,8 +128,12 @@ export function pinCores(): { pinning?: Pinning; note: string } {
 }
 
 /** Start the benchmark server in a child process; resolves once it listens. */
-export function startServer(env: ServerEnv, options: { cpuProfDir?: string; cpuProfName?: string; timeoutMs?: number } = {}): Promise<ServerHandle> {
+export function startServer(
+  env: ServerEnv,
+  options: { cpuProfDir?: string; cpuProfName?: string; heapSampleOut?: string; timeoutMs?: number } = {},
+): Promise<ServerHandle> {
   const nodeArgs: string[] = [];
+  if (options.heapSampleOut) nodeArgs.push('--import', './bench/heap-sampling.mjs');
   if (options.cpuProfDir) {
     nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`);
     if (options.cpuProfName) nodeArgs.push(`--cpu-prof-name=${options.cpuProfName.replace(/[^\w.-]+/g, '_')}-${Date.now()}.cpuprofile`);
@@ -138,7 +144,7 @@ export function startServer(env: ServerEnv, options: { cpuProfDir?: string; cpuP
   const [command, args] = pinning ? ['taskset', ['-c', pinning.server, process.execPath, ...argv]] : [process.execPath, argv];
   const child: ChildProcess = spawn(command, args, {
     cwd: ROOT,
-    env: { ...process.env, ...env },
+    env: { ...process.env, ...env, ...(options.heapSampleOut ? { HEAP_SAMPLE_OUT: options.heapSampleOut } : {}) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stderr = '';
@@ -172,6 +178,9 @@ export function startServer(env: ServerEnv, options: { cpuProfDir?: string; cpuP
         async stats(prefix = '') {
           const res = await fetch(`${url}/__stats?prefix=${encodeURIComponent(prefix)}`);
           return (await res.json()) as ServerStats;
+        },
+        signal(name) {
+          if (child.exitCode === null) child.kill(name);
         },
         async stop() {
           if (child.exitCode === null) child.kill('SIGTERM');

@@ -17,6 +17,9 @@
  *   --write / --no-write write docs/benchmarks.md (generated part) and docs/benchmarks.svg
  *                        (default: write in full mode, not in quick mode)
  *   --cpu-prof           servers write V8 CPU profiles to bench/profiles/, named <adapter>_<layer>_<store>_<scenario>-<time>
+ *   --heap-sample        servers sample every allocation over each measured run (V8's sampling heap profiler,
+ *                        freed objects included): the log gives bytes allocated per request, and the profiles
+ *                        go to bench/profiles/ as <case>-<time>.heapprofile (open them in Chrome DevTools)
  *   --render             only re-render the docs from bench/results/full.json (the last full run)
  *
  * Exit code 1 when a server does not start, a run has connection errors, timeouts or
@@ -99,6 +102,8 @@ const encryption = !flag('no-encryption');
 const pairsPart = !flag('no-pairs');
 const write = flag('write') || (!quick && !flag('no-write'));
 const cpuProfDir = flag('cpu-prof') ? path.join(ROOT, 'bench/profiles') : undefined;
+const heapSample = flag('heap-sample');
+if (heapSample) mkdirSync(path.join(ROOT, 'bench/profiles'), { recursive: true });
 const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgresql://postgres@127.0.0.1:5432/test';
 const NAMESPACE = 'bench_idempotency';
 const runId = `b${Date.now().toString(36)}`;
@@ -329,8 +334,10 @@ async function measureInTurns(contenders: Spec[]): Promise<Row[]> {
 async function measureOnce(spec: Spec): Promise<Row | undefined> {
   const label = `${spec.adapter}/${spec.impl}/${spec.store}/${spec.scenario}`;
   let server: ServerHandle;
+  let heapOut: string | undefined;
   try {
-    server = await startServer(envFor(spec), { cpuProfDir, cpuProfName: label });
+    heapOut = heapSample ? path.join(ROOT, 'bench', 'profiles', `${label.replace(/[^\w.-]+/g, '_')}-${Date.now()}.heapprofile`) : undefined;
+    server = await startServer(envFor(spec), { cpuProfDir, cpuProfName: label, heapSampleOut: heapOut });
   } catch (error) {
     problems.push(`${label}: ${(error as Error).message}`);
     log(`  ${label.padEnd(44)} FAILED TO START`);
@@ -350,7 +357,9 @@ async function measureOnce(spec: Spec): Promise<Row | undefined> {
       await load(server.url, spec.scenario, { durationS: warmupS, connections, keyPrefix: warmPrefix });
     }
     const before = await server.stats(`${measured}-`);
+    if (heapOut) await heapSampling(server, 'start');
     const r = await load(server.url, spec.scenario, { durationS, connections, keyPrefix: measured });
+    const allocated = heapOut ? await heapSampling(server, 'stop', heapOut) : undefined;
     const after = await server.stats(`${measured}-`);
     const executions = after.executions - before.executions;
     const doubles = after.doubleExecutions;
@@ -374,7 +383,8 @@ async function measureOnce(spec: Spec): Promise<Row | undefined> {
     log(
       `  ${label.padEnd(44)} ${fmt(r.reqPerSec).padStart(7)} req/s  p50 ${fmt(r.p50, 1).padStart(5)} ms  p99 ${fmt(r.p99, 1).padStart(6)} ms  ` +
         `cpu ${fmt((after.cpuMicros - before.cpuMicros) / Math.max(1, r.requests))} µs/req (sys ${fmt((after.cpuSystemMicros - before.cpuSystemMicros) / Math.max(1, r.requests))})  rss ${fmt(after.maxRssBytes / 2 ** 20)} MiB${r.non2xx ? `  non-2xx ${JSON.stringify(r.statusCodes)}` : ''}` +
-        `${b ? `  burst: ${b.executions} executions for ${b.keys} keys` : ''}`,
+        `${b ? `  burst: ${b.executions} executions for ${b.keys} keys` : ''}` +
+        `${allocated === undefined ? '' : `  allocated ${fmt(allocated / Math.max(1, r.requests) / 1000, 1)} KB/req`}`,
     );
     const stderr = server.stderr().trim();
     if (stderr && isOurs(spec)) log(`    server stderr: ${stderr.split('\n').slice(0, 5).join('\n    ')}`);
@@ -386,6 +396,29 @@ async function measureOnce(spec: Spec): Promise<Row | undefined> {
   } finally {
     await server.stop();
   }
+}
+
+/**
+ * `--heap-sample`: start the server's sampling heap profiler, or stop it and return the bytes
+ * it counted (every allocation, freed ones included) once the profile is written.
+ */
+async function heapSampling(server: ServerHandle, step: 'start' | 'stop', file?: string): Promise<number | undefined> {
+  server.signal('SIGUSR2');
+  if (step === 'start') {
+    await new Promise((r) => setTimeout(r, 100)); // the signal is handled between requests
+    return undefined;
+  }
+  for (let i = 0; i < 100 && !existsSync(file!); i++) await new Promise((r) => setTimeout(r, 50));
+  if (!existsSync(file!)) {
+    problems.push(`heap sampling: no profile written to ${file}`);
+    return undefined;
+  }
+  interface HeapNode {
+    selfSize: number;
+    children: HeapNode[];
+  }
+  const sum = (n: HeapNode): number => n.children.reduce((total, c) => total + sum(c), n.selfSize);
+  return sum((JSON.parse(readFileSync(file!, 'utf8')) as { head: HeapNode }).head);
 }
 
 // ---------------------------------------------------------------- round trips
