@@ -201,7 +201,12 @@ for (const { adapter, target, available, share } of targets) {
           expectSafe(first, what, adapter);
           if (first.status !== 201) {
             tried.refused++;
-            if (first.status === 400 && first.headers['content-type'] === 'application/problem+json') {
+            // A key with an empty line in it ends the header block there: the bytes after it
+            // are a second, malformed request, which Node answers with its own 400 by closing
+            // the connection, and that can cut our answer's body short. Otherwise the
+            // refusal says why.
+            const endsHeaders = /(\r\n|\n)(\r\n|\n)/.test(`${key.toString('latin1')}\r\n`);
+            if (first.status === 400 && first.headers['content-type'] === 'application/problem+json' && !endsHeaders) {
               expect(problemCode(first), what).toMatch(/^key-(invalid|missing)$/);
             }
             return;
