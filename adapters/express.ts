@@ -17,6 +17,7 @@
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
 import type { RawBody } from '../src/fingerprint.js';
+import { declareReprototyped } from '../src/object-slot.js';
 import {
   abandonOnClose,
   assertDeclaredLength,
@@ -68,6 +69,9 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
       next();
       return;
     }
+    // Express set its app's own prototypes on Node's request and response: what the layer
+    // keeps per request goes beside them, not on them.
+    declareReprototyped(req, res);
     let raw: RawBody | undefined;
     let decision;
     try {

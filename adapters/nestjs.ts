@@ -53,6 +53,7 @@ import type { RawBody } from '../src/fingerprint.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
 import type { HttpResponse } from '../src/problem.js';
 import type { IdempotencyStore } from '../src/store.js';
+import { declareReprototyped, ObjectSlot } from '../src/object-slot.js';
 import { setRejectionHeaders } from './internal/nest-http.js';
 import { transactionDecorator } from './internal/nest-transaction.js';
 import {
@@ -226,12 +227,8 @@ const PASSTHROUGH_METADATA = '__responsePassthrough__';
 
 type Unprotected = 'SSE' | '@Res() without passthrough' | 'StreamableFile';
 
-/**
- * The requests the interceptor took (once per request, also when it is bound a second
- * time). A set, not a mark on the request: Express gives each request its app's own
- * prototype, and a property added to such an object builds a hidden class of its own.
- */
-const handledRequests = new WeakSet<object>();
+/** The requests the interceptor took (once per request, also when it is bound a second time). */
+const handledRequests = new ObjectSlot<true>('handled');
 
 /** The platform response: Express's `res` or Fastify's reply (with `.raw`). */
 type PlatformResponse = Record<string, unknown> & { raw?: ServerResponse };
@@ -371,15 +368,18 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     const http = context.switchToHttp();
     const req = http.getRequest<NestRequest & { raw?: IncomingMessage; originalUrl?: string }>();
     // Once per request, also with the interceptor bound a second time (`@UseInterceptors`).
-    if (!layer || !layer.covers(req.method) || handledRequests.has(req)) return next.handle();
-    handledRequests.add(req);
+    if (!layer || !layer.covers(req.method) || handledRequests.get(req) !== undefined) return next.handle();
+    const res = http.getResponse<PlatformResponse>();
+    // On the Express platform, Express set its app's own prototypes on Node's request and
+    // response: what the layer keeps per request goes beside them, not on them.
+    if (res.raw === undefined) declareReprototyped(req, res);
+    handledRequests.set(req, true);
     let unprotected = this.#unprotected.get(handler);
     if (unprotected === undefined) this.#unprotected.set(handler, (unprotected = unprotectedBy(controller, handler) ?? null));
     if (unprotected) {
       this.#warnOnce(unprotected, `${controller.name}.${handler.name}`);
       return next.handle();
     }
-    const res = http.getResponse<PlatformResponse>();
     const rawReq = (req.raw ?? req) as unknown as IncomingMessage;
     const rawRes = (res.raw ?? res) as unknown as ServerResponse;
     return from(this.#begin(layer, req, rawReq)).pipe(

@@ -233,10 +233,12 @@ export class Idempotency<Req = unknown> {
   readonly #fields: FieldSelection | undefined;
   readonly #defaults: AdapterDefaults<Req> | undefined;
   readonly #ttl: ((req: Req, response: CapturedResponse) => number) | undefined;
+  readonly #claims: ClaimContext<Req>;
 
   constructor(options: IdempotencyOptions<Req>, defaults?: AdapterDefaults<Req>) {
     const [engineOptions, ttl] = splitTtl(options);
     this.engine = new Engine(engineOptions);
+    this.#claims = this.#claimContext();
     this.#ttl = ttl;
     this.#options = options;
     this.#defaults = defaults;
@@ -311,26 +313,33 @@ export class Idempotency<Req = unknown> {
   }
 
   /** Without a claim (no key where keys are optional, or the store failed open): a transaction without a record. */
-  readonly #plainTransaction: RequestTransaction = async (work) => {
-    const { store } = this.engine.options;
-    if (!isTransactionalStore(store)) throw this.#notTransactional();
-    try {
-      return (await store.transaction(work)).value;
-    } catch (error) {
-      throw this.#noted(error);
-    }
+  readonly #plainTransaction: RequestTransaction = {
+    transaction: async (work) => {
+      const { store } = this.engine.options;
+      if (!isTransactionalStore(store)) throw this.#claims.notTransactional();
+      try {
+        return (await store.transaction(work)).value;
+      } catch (error) {
+        throw this.#claims.noted(error);
+      }
+    },
   };
 
-  /** An error of the layer's own out of a transaction, with the answer this layer gives it (see transactionProblem). */
-  #noted(error: unknown): unknown {
-    if (isIdempotencyError(error)) noteTransactionProblem(error, problemResponse(error, this.header, this.#options.formatError));
-    return error;
-  }
-
-  #notTransactional(): TypeError {
-    return new TypeError(
-      `inTransaction(req) needs a store that runs transactions (postgresStore({ url }) or postgresStore({ pool })), got the ${this.engine.options.store.name} store`,
-    );
+  /** What this layer's claims need of it: made once per layer, so a claim carries no closure of its own. */
+  #claimContext(): ClaimContext<Req> {
+    return {
+    engine: this.engine,
+    stored: (response) => ((this.#options.storeResponse ?? defaultStoreResponse)(response.status) ? this.#toStored(response) : undefined),
+    ttlFor: (raw, response, key, scope) => this.ttlFor(raw, response, key, scope),
+    noted: (error) => {
+      if (isIdempotencyError(error)) noteTransactionProblem(error, problemResponse(error, this.header, this.#options.formatError));
+      return error;
+    },
+    notTransactional: () =>
+      new TypeError(
+        `inTransaction(req) needs a store that runs transactions (postgresStore({ url }) or postgresStore({ pool })), got the ${this.engine.options.store.name} store`,
+      ),
+    };
   }
 
   async #begin(request: HttpRequestInfo<Req>): Promise<HttpDecision<Req>> {
@@ -440,26 +449,9 @@ export class Idempotency<Req = unknown> {
   }
 
   #claim(lease: Lease, raw: Req): HttpClaim {
-    const claim = new LeaseClaim(this, lease, raw);
-    registerRequestTransaction(raw, (work) => claim.transaction(work));
+    const claim = new LeaseClaim(this.#claims, lease, raw, this.maxResponseBytes);
+    registerRequestTransaction(raw, claim);
     return claim;
-  }
-
-  /** @internal How a claim's response is stored: `undefined` when its status is not stored (then the key is released). */
-  storedFor(response: CapturedResponse): StoredResponse | undefined {
-    return (this.#options.storeResponse ?? defaultStoreResponse)(response.status) ? this.#toStored(response) : undefined;
-  }
-
-  /** @internal The transaction `inTransaction(req)` runs under a claim: the handler's writes and the record in one commit. */
-  async runTransaction(claim: LeaseClaim<Req>, work: (client: unknown) => Promise<HttpResponse>): Promise<HttpResponse> {
-    if (!isTransactionalStore(this.engine.options.store)) throw this.#notTransactional();
-    if (!claim.settleByTransaction()) throw new TypeError('inTransaction(req) can run once per request');
-    try {
-      const { value } = await claim.lease.transaction(work, (response) => this.storedFor(response));
-      return value;
-    } catch (error) {
-      throw this.#noted(error);
-    }
   }
 
   #toStored(response: CapturedResponse): StoredResponse {
@@ -478,46 +470,59 @@ export class Idempotency<Req = unknown> {
   }
 }
 
+/** What a layer gives its claims (see Idempotency#claims). */
+interface ClaimContext<Req> {
+  engine: Engine;
+  /** The response to store, or `undefined` when its status is not stored (then the key is released). */
+  stored(response: CapturedResponse): StoredResponse | undefined;
+  ttlFor(raw: Req, response: CapturedResponse, key: string, scope: string | undefined): number;
+  /** An error out of a transaction, with the layer's answer to it noted (see transactionProblem). */
+  noted(error: unknown): unknown;
+  notTransactional(): TypeError;
+}
+
 /**
  * The claim an adapter holds while the handler runs: it stores the captured response, or
- * releases the key. One object per request with its methods on the prototype (no closures).
+ * releases the key; `inTransaction(req)` runs through it. One object per request with its
+ * methods on the prototype (no closures).
  */
-class LeaseClaim<Req> implements HttpClaim {
+class LeaseClaim<Req> implements HttpClaim, RequestTransaction {
   /** Set once `inTransaction` completed or released the claim: the response captured afterwards is the one it stored, or one not to store. */
   #settledByTransaction = false;
-  readonly maxResponseBytes: number;
 
   constructor(
-    readonly layer: Idempotency<Req>,
+    readonly context: ClaimContext<Req>,
     readonly lease: Lease,
     readonly raw: Req,
-  ) {
-    this.maxResponseBytes = layer.maxResponseBytes;
-  }
+    readonly maxResponseBytes: number,
+  ) {}
 
-  transaction(work: (client: unknown) => Promise<HttpResponse>): Promise<HttpResponse> {
-    return this.layer.runTransaction(this, work);
-  }
-
-  /** Mark the claim settled by `inTransaction`; false when it already was (it runs once per request). */
-  settleByTransaction(): boolean {
-    if (this.#settledByTransaction) return false;
+  /** The transaction `inTransaction(req)` runs under this claim: the handler's writes and the record in one commit. */
+  async transaction(work: (client: unknown) => Promise<HttpResponse>): Promise<HttpResponse> {
+    const { context } = this;
+    if (!isTransactionalStore(context.engine.options.store)) throw context.notTransactional();
+    if (this.#settledByTransaction) throw new TypeError('inTransaction(req) can run once per request');
     this.#settledByTransaction = true;
-    return true;
+    try {
+      const { value } = await this.lease.transaction(work, context.stored);
+      return value;
+    } catch (error) {
+      throw context.noted(error);
+    }
   }
 
   async finish(response: CapturedResponse): Promise<void> {
     if (this.#settledByTransaction) return;
-    const { lease, layer } = this;
+    const { lease, context } = this;
     let operation: 'complete' | 'release' = 'complete';
     try {
-      const stored = layer.storedFor(response);
+      const stored = context.stored(response);
       if (stored === undefined) {
         operation = 'release';
         await lease.release(response.status);
-      } else await lease.complete(stored, layer.ttlFor(this.raw, response, lease.key, lease.scope));
+      } else await lease.complete(stored, context.ttlFor(this.raw, response, lease.key, lease.scope));
     } catch (error) {
-      layer.engine.storeError(operation, lease.key, lease.scope, error);
+      context.engine.storeError(operation, lease.key, lease.scope, error);
     }
   }
 
@@ -526,7 +531,7 @@ class LeaseClaim<Req> implements HttpClaim {
     try {
       await this.lease.release();
     } catch (error) {
-      this.layer.engine.storeError('release', this.lease.key, this.lease.scope, error);
+      this.context.engine.storeError('release', this.lease.key, this.lease.scope, error);
     }
   }
 

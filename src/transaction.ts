@@ -13,6 +13,7 @@
  * });
  */
 import type { HttpResponse } from './problem.js';
+import { ObjectSlot } from './object-slot.js';
 import type { IdempotencyStore, StoredResponse } from './store.js';
 
 /**
@@ -72,58 +73,16 @@ export interface TransactionResponse {
   body?: unknown;
 }
 
-/** How the HTTP layer runs `inTransaction` for one request (set by the middleware). */
-export type RequestTransaction = (work: (client: unknown) => Promise<HttpResponse>) => Promise<HttpResponse>;
+/** How the HTTP layer runs `inTransaction` for one request (set by the middleware): the request's claim, or a plain transaction. */
+export interface RequestTransaction {
+  transaction(work: (client: unknown) => Promise<HttpResponse>): Promise<HttpResponse>;
+}
 
-// Kept on the request object under a symbol when the engine adds a property cheaply: an
-// instance of a class (Node's IncomingMessage, Fastify's Request, Hono's Context) or an
-// object made by `Object.create` (Koa's context, @hono/node-server's Request). A WeakMap
-// entry per request would keep the request, and all it holds, alive through every
-// young-generation collection until the next full one (on Koa, young collections took five
-// times as long). Express instead sets the prototype of Node's message, once built, to its
-// app's own request object, and on such an object each added property builds a hidden
-// class of its own (about 3 to 5 µs per request): those (told apart by the `socket` their
-// constructor left on them), and requests that cannot take a property, go to the WeakMap.
-const REQUEST_TRANSACTION: unique symbol = Symbol('idempotency-kit.transaction');
-const requestTransactions = new WeakMap<object, RequestTransaction>();
-const hasOwn = Object.prototype.hasOwnProperty;
+const requestTransactions = new ObjectSlot<RequestTransaction>('transaction');
 
 /** Called by the HTTP layer for every request it lets through to a handler. */
 export function registerRequestTransaction(raw: unknown, run: RequestTransaction): void {
-  if (typeof raw !== 'object' || raw === null) return;
-  if (Object.isExtensible(raw) && takesProperty(raw)) {
-    (raw as { [REQUEST_TRANSACTION]?: RequestTransaction })[REQUEST_TRANSACTION] = run;
-  } else requestTransactions.set(raw, run);
-}
-
-// Per prototype (long-lived objects, so this map costs the collector nothing per request):
-// the requests of one framework that share a prototype are all made the same way.
-const prototypeTakesProperty = new WeakMap<object, boolean>();
-
-/**
- * Whether `raw` takes an added property cheaply: its prototype is a class's own (it has a
- * `constructor` of its own), or the object was not built by a class and re-prototyped
- * afterwards: either the first prototype up the chain with a constructor of its own is
- * `Object.prototype`, or the object lacks the `socket` Node's messages are built with.
- */
-function takesProperty(raw: object): boolean {
-  const prototype = Object.getPrototypeOf(raw) as object | null;
-  if (prototype === null) return false;
-  let known = prototypeTakesProperty.get(prototype);
-  if (known === undefined) {
-    known = hasOwn.call(prototype, 'constructor');
-    if (!known) {
-      let up = Object.getPrototypeOf(prototype) as object | null;
-      while (up !== null && !hasOwn.call(up, 'constructor')) up = Object.getPrototypeOf(up) as object | null;
-      known = up === Object.prototype || !hasOwn.call(raw, 'socket');
-    }
-    prototypeTakesProperty.set(prototype, known);
-  }
-  return known;
-}
-
-function requestTransaction(req: object): RequestTransaction | undefined {
-  return (req as { [REQUEST_TRANSACTION]?: RequestTransaction })[REQUEST_TRANSACTION] ?? requestTransactions.get(req);
+  if (typeof raw === 'object' && raw !== null) requestTransactions.set(raw, run);
 }
 
 // The layer's own answer to an error its transaction threw (its `formatError`, its key
@@ -142,7 +101,7 @@ export function transactionProblem(error: unknown): HttpResponse | undefined {
 
 /** Whether the HTTP layer let this request through to its handler, so `inTransaction(req)` can run. */
 export function hasRequestTransaction(req: object): boolean {
-  return requestTransaction(req) !== undefined;
+  return requestTransactions.get(req) !== undefined;
 }
 
 /** The response as it is stored and sent: body bytes, and a content type for JSON or text. */
@@ -189,12 +148,12 @@ export async function inTransaction<C = TransactionClient>(
   req: object,
   work: (client: C) => Promise<TransactionResponse>,
 ): Promise<HttpResponse> {
-  const run = typeof req === 'object' && req !== null ? requestTransaction(req) : undefined;
+  const run = typeof req === 'object' && req !== null ? requestTransactions.get(req) : undefined;
   if (!run) {
     throw new TypeError(
       'inTransaction(req) found no idempotency middleware for this request: pass the request object your handler got ' +
         '(Express / Node `req`, Fastify `request`, Koa `ctx`) on a route the middleware covers (POST, PATCH by default)',
     );
   }
-  return run(async (client) => toHttpResponse(await work(client as C)));
+  return run.transaction(async (client) => toHttpResponse(await work(client as C)));
 }

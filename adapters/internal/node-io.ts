@@ -8,6 +8,7 @@
 import { ServerResponse, validateHeaderName, validateHeaderValue, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
 import { Readable, Transform } from 'node:stream';
 import { BodyTooLargeError } from '../../src/errors.js';
+import { ObjectSlot } from '../../src/object-slot.js';
 import { isJsonType, RawBody } from '../../src/fingerprint.js';
 import { BodyRecorder } from './body-recorder.js';
 import { endAfterDrain } from './drain.js';
@@ -294,13 +295,13 @@ export function captureResponse(res: ServerResponse, claim: HttpClaim): Response
 }
 
 /**
- * The captures of Express responses, by response. The response itself gets no property:
- * Express gives every response a prototype of its own app (and then `res.locals`), after
- * which each property added to a response makes V8 build that response a hidden class of
- * its own, 10 to 30 µs for the four a capture adds, against about 2 µs on a Node `http`
- * response.
+ * The captures of Express responses, by response. Express gives every response a prototype
+ * of its own app (and then `res.locals`), after which each property added to a response
+ * makes V8 build that response a hidden class of its own, 10 to 30 µs for the four a
+ * capture adds, against about 2 µs on a Node `http` response: the capture's methods are
+ * shared, and the capture itself goes beside the response (the adapter declared it).
  */
-const captures = new WeakMap<ServerResponse, SharedCapture>();
+const captures = new ObjectSlot<SharedCapture>('capture');
 
 /** Express's response objects (one per copy of Express) that carry the shared wrappers. */
 const patched = new WeakSet<object>();
@@ -368,7 +369,7 @@ export function captureExpressResponse(res: ServerResponse, claim: HttpClaim): R
     }
     if (res.end !== sharedEnd || res.write !== sharedWrite || res.writeHead !== sharedWriteHead) return captureResponse(res, claim);
   }
-  if (captures.has(res)) return captureResponse(res, claim);
+  if (captures.get(res) !== undefined) return captureResponse(res, claim);
   const capture = new SharedCapture(res, claim, nodeResponse.writeHead, nodeResponse.write, nodeResponse.end);
   captures.set(res, capture);
   return capture;
