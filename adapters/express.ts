@@ -81,7 +81,7 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
         url: req.originalUrl,
         headers: req.headers,
         keyHeaderLines: keyHeaderLines(req, layer.headerName),
-        body: async () => {
+        body: () => {
           if (bodyConsumed(req)) {
             assertDeclaredLength(req, layer.maxBodyBytes);
             // An upload parsed before us (multer): its fields and its files, hashed.
@@ -91,8 +91,7 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
             }
             return req.body;
           }
-          raw = await readBody(req, layer.maxBodyBytes);
-          return raw;
+          return readBody(req, layer.maxBodyBytes).then((read) => (raw = read));
         },
         raw: req,
       });

@@ -205,16 +205,17 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
       url: request.url,
       headers: request.headers,
       keyHeaderLines: keyHeaderLines(request.raw, routed.headerName),
-      body: async () => {
+      body: () => {
         const size = state.counted ?? declaredLength(request.headers['content-length']) ?? 0;
         if (size > routed.maxBodyBytes) throw new BodyTooLargeError(routed.maxBodyBytes);
         if (isMultipart(request.headers['content-type'])) {
           if (!request.raw.readableEnded) {
             // @fastify/multipart reads the upload in the handler (request.file(), parts()):
             // read it here, bounded, and leave it readable for the handler.
-            const raw = await readBody(request.raw, routed.maxBodyBytes);
-            restoreBody(request.raw, raw);
-            return new RawBody(raw.chunks, raw.byteLength, { legacy: request.body });
+            return readBody(request.raw, routed.maxBodyBytes).then((raw) => {
+              restoreBody(request.raw, raw);
+              return new RawBody(raw.chunks, raw.byteLength, { legacy: request.body });
+            });
           }
           // Attached to the body in preValidation (attachFieldsToBody): its fields and files.
           const { fields, files } = attachedUpload(request.body);

@@ -124,7 +124,7 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
       url: ctx.originalUrl,
       headers: req.headers,
       keyHeaderLines: keyHeaderLines(req, layer.headerName),
-      body: async () => {
+      body: () => {
         if (bodyConsumed(req)) {
           assertDeclaredLength(req, layer.maxBodyBytes);
           // The parser's raw text when it kept it: the same bytes we would have read.
@@ -137,8 +137,7 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
           }
           return parsed;
         }
-        raw = await readBody(req, layer.maxBodyBytes);
-        return raw;
+        return readBody(req, layer.maxBodyBytes).then((read) => (raw = read));
       },
       raw: ctx,
     });

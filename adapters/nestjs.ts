@@ -461,13 +461,12 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
       url: req.originalUrl ?? rawReq.url ?? req.url,
       headers: req.headers,
       keyHeaderLines: keyHeaderLines(rawReq, layer.headerName),
-      body: async () => {
+      body: () => {
         if (bodyConsumed(rawReq) || req.body !== undefined) {
           assertDeclaredLength(rawReq, layer.maxBodyBytes);
           return req.body;
         }
-        raw = await readBody(rawReq, layer.maxBodyBytes);
-        return raw;
+        return readBody(rawReq, layer.maxBodyBytes).then((read) => (raw = read));
       },
       raw: req,
     });

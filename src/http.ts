@@ -353,7 +353,9 @@ export class Idempotency<Req = unknown> {
     const key = parsed.key;
     let body: unknown;
     try {
-      body = await request.body();
+      // Synchronous when a body parser read the body already: no microtask for it.
+      body = request.body();
+      if (body instanceof Promise) body = await body;
     } catch (error) {
       if (isIdempotencyError(error)) return this.#problem(error);
       throw error;

@@ -344,18 +344,26 @@ export class Telemetry {
    * The span around one acquisition (claim, wait, replay or refusal). Store calls made
    * inside become its children when a context manager is registered.
    */
-  async acquire<T extends { type: string }>(scope: string | undefined, run: () => Promise<T>, outcomeOf: (error: unknown) => AcquireOutcome): Promise<T> {
+  acquire<T extends { type: string }>(scope: string | undefined, run: () => Promise<T>, outcomeOf: (error: unknown) => AcquireOutcome): Promise<T> {
     const instruments = this.#otel();
-    const otel = instruments && guard(instruments.tracing) === true ? instruments : null;
-    const span = otel
-      ? guard(() =>
-          otel.tracer.startSpan('idempotency.acquire', {
-            kind: SPAN_KIND_INTERNAL,
-            attributes: this.#scoped({ 'idempotency.store.name': this.#store }, scope),
-          }),
-        )
-      : undefined;
-    if (!otel || !span) return run();
+    // Not traced: the acquisition alone, with no span and no async wrapper around it.
+    if (!instruments || guard(instruments.tracing) !== true) return run();
+    return this.#acquireTraced(instruments, scope, run, outcomeOf);
+  }
+
+  async #acquireTraced<T extends { type: string }>(
+    otel: Instruments,
+    scope: string | undefined,
+    run: () => Promise<T>,
+    outcomeOf: (error: unknown) => AcquireOutcome,
+  ): Promise<T> {
+    const span = guard(() =>
+      otel.tracer.startSpan('idempotency.acquire', {
+        kind: SPAN_KIND_INTERNAL,
+        attributes: this.#scoped({ 'idempotency.store.name': this.#store }, scope),
+      }),
+    );
+    if (!span) return run();
     try {
       const result = await this.#within(otel.api, span, run);
       guard(() => span.setAttribute('idempotency.outcome', result.type));
