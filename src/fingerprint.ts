@@ -192,9 +192,12 @@ function bodyDigest(body: unknown, contentType: string, fields: FieldSelection |
   return valueDigest(type === 'application/json' || type.endsWith('+json') ? 'json' : 'value', body, fields, true);
 }
 
+/** No query pairs, no fingerprinted headers: one array for every request (only ever read). */
+const NO_PAIRS: readonly never[] = Object.freeze([]);
+
 /** The query's canonical form: the decoded pairs sorted by name (values of a name in order), or the raw text when it does not decode. */
-function canonicalQuery(url: string, q: number): FormPair[] | string {
-  if (q === -1) return [];
+function canonicalQuery(url: string, q: number): readonly FormPair[] | string {
+  if (q === -1) return NO_PAIRS;
   const text = url.slice(q + 1);
   const pairs = formPairs(text);
   return pairs === undefined ? text : sortPairs(pairs);
@@ -208,7 +211,8 @@ export function fingerprintRequest(input: FingerprintInput): string {
   if (input.custom !== undefined) {
     return PREFIX + sha256(`${JSON.stringify([method, path, null, null])}\u0000custom\u0000${hashValue(input.custom)}`);
   }
-  const headers = (input.fingerprintHeaders ?? []).map((name) => [name, input.headers[name] ?? null]);
+  const names = input.fingerprintHeaders;
+  const headers = names === undefined || names.length === 0 ? NO_PAIRS : names.map((name) => [name, input.headers[name] ?? null]);
   // JSON text holds no raw NUL: the first NUL ends the head, the next one the tag, and the
   // body comes last, whatever it holds.
   const head = JSON.stringify([method, path, canonicalQuery(input.url, q), headers]);
@@ -233,22 +237,32 @@ function legacyBody(body: unknown): unknown {
  * the first scheme too (computed only when such a record is found).
  */
 export function requestFingerprint(input: FingerprintInput): RequestFingerprint {
-  const value = fingerprintRequest(input);
-  let legacy: string | null | undefined;
-  const legacyValue = (): string | null => {
-    if (legacy !== undefined) return legacy;
-    const body = legacyBody(input.body);
-    if (body === NO_LEGACY) return (legacy = null);
+  return new CurrentFingerprint(fingerprintRequest(input), input);
+}
+
+/** A request's fingerprint: one object, the first scheme's value computed only when a record of it is found. */
+class CurrentFingerprint implements RequestFingerprint {
+  #legacy: string | null | undefined;
+
+  constructor(
+    readonly value: string,
+    private readonly input: FingerprintInput,
+  ) {}
+
+  matches(stored: string): boolean {
+    return stored === this.value || (fingerprintScheme(stored) === 1 && stored === this.#legacyValue());
+  }
+
+  #legacyValue(): string | null {
+    if (this.#legacy !== undefined) return this.#legacy;
+    const body = legacyBody(this.input.body);
+    if (body === NO_LEGACY) return (this.#legacy = null);
     try {
-      legacy = fingerprintRequestV1({ ...input, body });
+      this.#legacy = fingerprintRequestV1({ ...this.input, body });
     } catch {
       // A body the first scheme could not hash (it threw there too): no record of it exists.
-      legacy = null;
+      this.#legacy = null;
     }
-    return legacy;
-  };
-  return {
-    value,
-    matches: (stored) => stored === value || (fingerprintScheme(stored) === 1 && stored === legacyValue()),
-  };
+    return this.#legacy;
+  }
 }
