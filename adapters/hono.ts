@@ -91,8 +91,8 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
       }
       // On @hono/node-server, a small body is read from Node's message and left where the
       // server reads it from: `c.req.raw` stays the server's own request, unread.
-      const peeked = await peekNodeServerBody(request, layer.maxBodyBytes);
-      if (peeked !== undefined) return (unread = peeked);
+      const peeking = peekNodeServerBody(request, layer.maxBodyBytes);
+      if (peeking !== undefined) return (unread = await peeking);
       // The request itself, through the server's fast path (a clone would build a second
       // body stream); the handlers read the same bytes from Hono's body cache, or from a
       // `c.req.raw` built when they ask for it.

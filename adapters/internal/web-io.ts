@@ -168,7 +168,7 @@ function unreadNodeIncoming(request: Request): NodeIncoming | undefined {
  * the standard path. Made for it: reading `body` or `clone()` there would make a full
  * `Request` and tee its stream, several times the cost of the layer's own work.
  */
-export async function peekNodeServerBody(request: Request, limit: number): Promise<Uint8Array | undefined> {
+export function peekNodeServerBody(request: Request, limit: number): Promise<Uint8Array> | undefined {
   const method = request.method;
   if (method === 'GET' || method === 'HEAD') return undefined;
   const incoming = unreadNodeIncoming(request);
@@ -179,7 +179,7 @@ export async function peekNodeServerBody(request: Request, limit: number): Promi
   if (!Number.isSafeInteger(declared) || declared < 0 || declared > Math.min(limit, WHOLE_BODY_BYTES) || headers.has('transfer-encoding')) {
     return undefined;
   }
-  const body = await new Promise<Buffer>((resolve, reject) => {
+  return new Promise<Uint8Array>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
     const done = (settle: () => void) => {
@@ -194,7 +194,14 @@ export async function peekNodeServerBody(request: Request, limit: number): Promi
       size += bytes.byteLength;
       chunks.push(bytes);
     };
-    const onEnd = () => done(() => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)));
+    const onEnd = () =>
+      done(() => {
+        const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
+        // An HTTP/1.1 server reads the declared length and no more; the check costs nothing.
+        if (body.byteLength > limit) return reject(new BodyTooLargeError(limit));
+        incoming.rawBody = body;
+        resolve(body);
+      });
     const onError = (error?: unknown) => done(() => reject(error));
     const onClose = () => {
       if (incoming.complete) onEnd();
@@ -205,10 +212,6 @@ export async function peekNodeServerBody(request: Request, limit: number): Promi
     incoming.on('error', onError);
     incoming.on('close', onClose);
   });
-  // An HTTP/1.1 server reads the declared length and no more; the check costs nothing.
-  if (body.byteLength > limit) throw new BodyTooLargeError(limit);
-  incoming.rawBody = body;
-  return body;
 }
 
 /**
@@ -218,14 +221,19 @@ export async function peekNodeServerBody(request: Request, limit: number): Promi
  * as they came (no copy into one buffer): with the copy the handler's branch of the body
  * holds until it reads it, an upload costs about twice its size, not three times.
  */
-export async function readRequestBody(request: Request, limit: number): Promise<RawBody> {
-  assertDeclaredLength(request.headers, limit);
-  const peeked = await peekNodeServerBody(request, limit);
-  if (peeked !== undefined) return new RawBody(peeked.byteLength === 0 ? [] : [peeked], peeked.byteLength);
-  if (request.body === null || request.method === 'GET' || request.method === 'HEAD') return new RawBody([], 0);
-  const { chunks, size } = await readChunks(request.clone().body!, limit);
-  return new RawBody(chunks, size);
+export function readRequestBody(request: Request, limit: number): Promise<RawBody> {
+  try {
+    assertDeclaredLength(request.headers, limit);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+  const peeking = peekNodeServerBody(request, limit);
+  if (peeking !== undefined) return peeking.then(wholeBody);
+  if (request.body === null || request.method === 'GET' || request.method === 'HEAD') return Promise.resolve(new RawBody([], 0));
+  return readChunks(request.clone().body!, limit).then(({ chunks, size }) => new RawBody(chunks, size));
 }
+
+const wholeBody = (bytes: Uint8Array): RawBody => new RawBody(bytes.byteLength === 0 ? [] : [bytes], bytes.byteLength);
 
 /**
  * A request like `request` whose body is `bytes`, for handlers that read a request whose
