@@ -24,7 +24,9 @@ const propertiesKeptOff = new WeakSet<object>();
  */
 export function declareReprototyped(object: object, other?: object): void {
   const prototype = Object.getPrototypeOf(object) as object | null;
-  if (prototype !== null) propertiesKeptOff.add(prototype);
+  // A class's own prototype (a plain Node message, where the adapter runs without Express)
+  // is never declared: its objects were not re-prototyped, and take properties cheaply.
+  if (prototype !== null && !Object.prototype.hasOwnProperty.call(prototype, 'constructor')) propertiesKeptOff.add(prototype);
   if (other !== undefined) declareReprototyped(other);
 }
 

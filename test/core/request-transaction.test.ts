@@ -67,6 +67,17 @@ describe('a value kept per object', () => {
   });
 });
 
+describe('a declaration', () => {
+  it("never covers a class's own prototype: a plain Node message keeps taking the property", () => {
+    const declared = new IncomingMessage(new Socket());
+    declareReprototyped(declared);
+    const other = new IncomingMessage(new Socket());
+    registerRequestTransaction(other, run);
+    expect(ours(other)).toHaveLength(1);
+    expect(hasRequestTransaction(other)).toBe(true);
+  });
+});
+
 describe('the Express adapter', () => {
   it("adds no property to Express's request or response, and inTransaction still finds its request", async () => {
     const app = express();
