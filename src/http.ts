@@ -233,7 +233,7 @@ export class Idempotency<Req = unknown> {
   readonly #fields: FieldSelection | undefined;
   readonly #defaults: AdapterDefaults<Req> | undefined;
   readonly #ttl: ((req: Req, response: CapturedResponse) => number) | undefined;
-  readonly #claims: ClaimContext<Req>;
+  readonly #claims: LayerForClaims<Req>;
 
   constructor(options: IdempotencyOptions<Req>, defaults?: AdapterDefaults<Req>) {
     const [engineOptions, ttl] = splitTtl(options);
@@ -326,19 +326,19 @@ export class Idempotency<Req = unknown> {
   };
 
   /** What this layer's claims need of it: made once per layer, so a claim carries no closure of its own. */
-  #claimContext(): ClaimContext<Req> {
+  #claimContext(): LayerForClaims<Req> {
     return {
-    engine: this.engine,
-    stored: (response) => ((this.#options.storeResponse ?? defaultStoreResponse)(response.status) ? this.#toStored(response) : undefined),
-    ttlFor: (raw, response, key, scope) => this.ttlFor(raw, response, key, scope),
-    noted: (error) => {
-      if (isIdempotencyError(error)) noteTransactionProblem(error, problemResponse(error, this.header, this.#options.formatError));
-      return error;
-    },
-    notTransactional: () =>
-      new TypeError(
-        `inTransaction(req) needs a store that runs transactions (postgresStore({ url }) or postgresStore({ pool })), got the ${this.engine.options.store.name} store`,
-      ),
+      engine: this.engine,
+      stored: (response) => ((this.#options.storeResponse ?? defaultStoreResponse)(response.status) ? this.#toStored(response) : undefined),
+      ttlFor: (raw, response, key, scope) => this.ttlFor(raw, response, key, scope),
+      noted: (error) => {
+        if (isIdempotencyError(error)) noteTransactionProblem(error, problemResponse(error, this.header, this.#options.formatError));
+        return error;
+      },
+      notTransactional: () =>
+        new TypeError(
+          `inTransaction(req) needs a store that runs transactions (postgresStore({ url }) or postgresStore({ pool })), got the ${this.engine.options.store.name} store`,
+        ),
     };
   }
 
@@ -472,8 +472,8 @@ export class Idempotency<Req = unknown> {
   }
 }
 
-/** What a layer gives its claims (see Idempotency#claims). */
-interface ClaimContext<Req> {
+/** What a layer gives its claims (see Idempotency#claimContext); not the store's `ClaimContext`. */
+interface LayerForClaims<Req> {
   engine: Engine;
   /** The response to store, or `undefined` when its status is not stored (then the key is released). */
   stored(response: CapturedResponse): StoredResponse | undefined;
@@ -493,7 +493,7 @@ class LeaseClaim<Req> implements HttpClaim, RequestTransaction {
   #settledByTransaction = false;
 
   constructor(
-    readonly context: ClaimContext<Req>,
+    readonly context: LayerForClaims<Req>,
     readonly lease: Lease,
     readonly raw: Req,
     readonly maxResponseBytes: number,
