@@ -89,8 +89,6 @@ interface ScriptClient {
   readonly isReady?: boolean;
   connect(): Promise<unknown>;
   get(key: string): Promise<unknown>;
-  evalSha(sha: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
-  eval(script: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
   on(event: string, listener: (...args: unknown[]) => void): unknown;
   off(event: string, listener: (...args: unknown[]) => void): unknown;
   close?(): Promise<unknown>;
@@ -386,8 +384,30 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   };
   const cluster = adapter.isCluster();
 
+  const sentinel = adapter.isSentinel();
+  /** A command on the connection that owns `key`, as each client shape takes it. */
+  const send = (key: string, args: string[]): Promise<unknown> =>
+    cluster ? client.sendCommand(key, false, args) : sentinel ? client.sendCommand(false, args) : client.sendCommand(args);
+  /** The message a timed-out call rejects with, made once per kind of call. */
+  const timeoutMessages = new Map<string, string>();
+  const timeoutMessage = (what: string, ms: number): string => {
+    const name = ms === timeoutMs ? what : `${what}/${ms}`;
+    let message = timeoutMessages.get(name);
+    if (message === undefined) timeoutMessages.set(name, (message = timedOut(what, ms)));
+    return message;
+  };
+
   const run = <T>(what: string, command: () => Promise<T>, ms = timeoutMs): Promise<T> => {
-    const call = withTimeout(ready().then(command), ms, timedOut(what, ms));
+    let started: Promise<T>;
+    // A connected plain client takes the command now: no turn of the microtask queue for it.
+    if (!closed && !sentinel && client.isReady === true) {
+      try {
+        started = command();
+      } catch (error) {
+        started = Promise.reject(error);
+      }
+    } else started = ready().then(command);
+    const call = withTimeout(started, ms, timeoutMessage(what, ms));
     if (!cluster) return call;
     return call.catch((error: unknown) => {
       refreshSlots();
@@ -396,31 +416,30 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   };
 
   /** `WAIT` on the connection to the key's primary; rejects unless enough replicas have the write. */
-  const waitForReplicas = async (key: string, what: string): Promise<void> => {
-    if (!waitFor) return;
-    const args = ['WAIT', String(waitFor.replicas), String(waitFor.timeoutMs)];
-    const reply = await run(
-      'WAIT',
-      () => (cluster ? client.sendCommand(key, false, args) : adapter.isSentinel() ? client.sendCommand(false, args) : client.sendCommand(args)),
-      timeoutMs + waitFor.timeoutMs,
-    );
-    if (typeof reply !== 'number' || reply < waitFor.replicas) {
+  const waitForReplicas = async (wait: WaitForReplicas, key: string, what: string): Promise<void> => {
+    const args = ['WAIT', String(wait.replicas), String(wait.timeoutMs)];
+    const reply = await run('WAIT', () => send(key, args), timeoutMs + wait.timeoutMs);
+    if (typeof reply !== 'number' || reply < wait.replicas) {
       throw new Error(
-        `idempotency-kit: Redis replicas did not acknowledge the ${what} (${String(reply)} of ${waitFor.replicas} within ${waitFor.timeoutMs} ms); it may not survive a failover`,
+        `idempotency-kit: Redis replicas did not acknowledge the ${what} (${String(reply)} of ${wait.replicas} within ${wait.timeoutMs} ms); it may not survive a failover`,
       );
     }
   };
 
+  /**
+   * Run a script by its SHA1, as one raw command (not through the client's command
+   * builders, which cost a parser and two async steps per call); on a server that does not
+   * know it yet (first use, or after SCRIPT FLUSH), once more with its source.
+   */
   const evalScript = (script: Script, key: string, args: string[]): Promise<unknown> =>
-    run('script', async () => {
-      const call = { keys: [key], arguments: args };
-      try {
-        return await client.evalSha(script.sha, call);
-      } catch (error) {
-        // First use on this server (or after SCRIPT FLUSH): send the source once.
-        if (describe(error).startsWith('NOSCRIPT')) return client.eval(script.source, call);
-        throw error;
-      }
+    run('script', () => {
+      const command = ['EVALSHA', script.sha, '1', key, ...args];
+      return send(key, command).catch((error: unknown) => {
+        if (!describe(error).startsWith('NOSCRIPT')) throw error;
+        command[0] = 'EVAL';
+        command[1] = script.source;
+        return send(key, command);
+      });
     });
 
   return {
@@ -437,7 +456,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       const reply = await evalScript(CLAIM, id, [encodeRecord(record), String(leaseMs)]);
       if (reply === '') {
         try {
-          await waitForReplicas(id, 'claim');
+          if (waitFor) await waitForReplicas(waitFor, id, 'claim');
         } catch (error) {
           // Fail closed: the handler must not run on a claim a failover could lose. Free the
           // key (best effort) so a retry is not held off until the lease ends.
@@ -450,7 +469,8 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       return { claimed: false, record: decodeRecord(reply) };
     },
     async get(key: string) {
-      const value = await run('GET', () => client.get(redisKey(key)));
+      const id = redisKey(key);
+      const value = await run('GET', () => send(id, ['GET', id]));
       if (value === null || value === undefined) return undefined;
       const record = decodeRecord(String(value));
       return isLive(record, Date.now()) ? record : undefined;
@@ -461,7 +481,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       const reply = await evalScript(COMPLETE, id, [token, encodeResponse(response), String(expiresAt), String(ttlMs), channel, key]);
       // Stored on the primary either way; a rejection here reports a completion that a
       // failover could still lose (a retry would then run again).
-      if (reply === 1) await waitForReplicas(id, 'completion');
+      if (reply === 1 && waitFor) await waitForReplicas(waitFor, id, 'completion');
       return reply === 1;
     },
     async release(key: string, token: string) {
@@ -473,7 +493,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       const extended = (await evalScript(EXTEND, id, [token, String(leaseMs), String(leaseUntil)])) === 1;
       // A lease extension a failover could lose would let another claimer in while this
       // owner still runs; unacknowledged, it rejects and the owner keeps its old lease end.
-      if (extended) await waitForReplicas(id, 'lease extension');
+      if (extended && waitFor) await waitForReplicas(waitFor, id, 'lease extension');
       return extended;
     },
     ...(feed ? { subscribe: feed.subscribe } : {}),

@@ -103,7 +103,10 @@ describe.skipIf(!available)('redis store specifics', () => {
     const client = adapter.client as unknown as Record<string, (...args: unknown[]) => unknown>;
     const store = redisStore({ adapter });
     await store.get('warm-up'); // connects
-    await store.claim(`warm-${randomUUID()}`, claimOf('w'), 1000); // loads the script once
+    // Loads the scripts, which another test may have flushed from the server.
+    const warm = `warm-${randomUUID()}`;
+    await store.claim(warm, claimOf('w'), 1000);
+    await store.complete(warm, 'w', response, 1000);
     const calls = ['evalSha', 'eval', 'get', 'sendCommand'].map((m) => vi.spyOn(client, m as never));
     const count = () => calls.reduce((n, spy) => n + spy.mock.calls.length, 0);
 
@@ -117,6 +120,31 @@ describe.skipIf(!available)('redis store specifics', () => {
     for (const spy of calls) spy.mockRestore();
     await store.close();
     await adapter.disconnect();
+  });
+
+  it('a server that lost its scripts (SCRIPT FLUSH, a restart) is sent their source again, and every operation still works', async () => {
+    const namespace = `ik-test-${randomUUID()}`;
+    const store = redisStore({ url: REDIS_URL, namespace });
+    await store.claim('warm', claimOf('w'), 5000); // the claim script is known to the server now
+    const flushes = async () => {
+      expect(await inspector.sendCommand(['SCRIPT', 'FLUSH', 'SYNC'])).toBe('OK');
+    };
+    await flushes();
+    expect(await store.claim('k', claimOf('t'), 5000)).toMatchObject({ claimed: true });
+    await flushes();
+    expect(await store.extend('k', 't', 5000)).toBe(true);
+    await flushes();
+    expect(await store.complete('k', 't', response, 60_000)).toBe(true);
+    await flushes();
+    expect(await store.claim('k', claimOf('u'), 5000)).toMatchObject({ claimed: false, record: { state: 'completed', token: 't' } });
+    await store.claim('r', claimOf('x'), 5000);
+    await flushes();
+    expect(await store.release('r', 'x')).toBe(true);
+    expect(await store.get('r')).toBeUndefined();
+    // A script's own error (here cjson on a value it did not write) reaches the caller as it is.
+    await inspector.set(`${namespace}:not-json`, 'not a record');
+    await expect(store.release('not-json', 'y')).rejects.toThrow(/user_script.*invalid token/);
+    await store.close();
   });
 
   it('runs on a @keyv/redis adapter or a Keyv instance it is given, and leaves the client open', async () => {
