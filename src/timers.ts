@@ -3,26 +3,79 @@
  * @module
  */
 
+/** The resolving functions of the promise being made: set by {@link takeResolvers} (no closure per call). */
+let nextResolve: ((value: never) => void) | undefined;
+let nextReject: ((error: unknown) => void) | undefined;
+function takeResolvers(resolve: (value: never) => void, reject: (error: unknown) => void): void {
+  nextResolve = resolve;
+  nextReject = reject;
+}
+
+/** What the queue knows of a call: when its deadline is, whether it still pends, how it expires. */
 interface Deadline {
-  at: number;
-  message: string;
-  reject: ((error: Error) => void) | undefined;
+  readonly at: number;
+  pending: boolean;
+  expire(): void;
 }
 
 /**
- * The pending deadlines of one duration, in the order they were set (so earliest first),
- * under one timer armed for the head: a call costs an array push, not a setTimeout and a
- * clearTimeout. When no deadline is pending the timer is not cleared but unref'd (so a
- * settled call never keeps the process alive) and left to fire once, harmlessly: a fast
- * store settles every call before the next one starts, and re-arming a timer per call
- * would cost what this queue saves.
+ * One bounded call: its deadline in its duration's queue, and the promise its caller got.
+ * Whichever comes first, the call's own outcome or the deadline, settles that promise.
+ */
+class BoundedCall<T> implements Deadline {
+  readonly at: number;
+  /** True until the call settles or its deadline fires. */
+  pending = true;
+  readonly promise: Promise<T>;
+  readonly #resolve: (value: T) => void;
+  readonly #reject: (error: unknown) => void;
+
+  constructor(
+    readonly queue: DeadlineQueue,
+    readonly message: string,
+    readonly mapError: ((error: unknown) => unknown) | undefined,
+  ) {
+    this.at = Date.now() + queue.ms;
+    this.promise = new Promise<T>(takeResolvers);
+    this.#resolve = nextResolve as (value: T) => void;
+    this.#reject = nextReject!;
+    nextResolve = nextReject = undefined;
+  }
+
+  readonly onValue = (value: T): void => {
+    if (this.queue.settle(this)) this.#resolve(value);
+  };
+
+  readonly onError = (error: unknown): void => {
+    if (this.queue.settle(this)) this.fail(error);
+  };
+
+  /** The deadline passed first. */
+  expire(): void {
+    this.fail(new Error(this.message));
+  }
+
+  fail(error: unknown): void {
+    this.#reject(this.mapError === undefined ? error : this.mapError(error));
+  }
+}
+
+/**
+ * The pending calls of one duration, in the order they were made (so earliest deadline
+ * first), under one timer armed for the head: a call costs a slot in an array, not a
+ * setTimeout and a clearTimeout. When no call is pending the timer is not cleared but
+ * unref'd (so a settled call never keeps the process alive) and left to fire once,
+ * harmlessly: a fast store settles every call before the next one starts, and re-arming a
+ * timer per call would cost what this queue saves. The array keeps its capacity between
+ * busy spells, so a call does not grow a new one.
  */
 class DeadlineQueue {
   readonly #items: Array<Deadline | undefined> = [];
   #head = 0;
+  #tail = 0;
   #pending = 0;
   #timer: NodeJS.Timeout | undefined;
-  /** Whether the timer keeps the process alive: only while a deadline is pending. */
+  /** Whether the timer keeps the process alive: only while a call is pending. */
   #refed = false;
   /** The setTimeout that armed the timer: a test that swaps in fake timers gets a timer of its own. */
   #armedWith: typeof setTimeout | undefined;
@@ -30,28 +83,28 @@ class DeadlineQueue {
 
   constructor(readonly ms: number) {}
 
-  add(message: string, reject: (error: Error) => void): Deadline {
-    const deadline: Deadline = { at: Date.now() + this.ms, message, reject };
-    this.#items.push(deadline);
+  add(call: Deadline): void {
+    this.#items[this.#tail++] = call;
     this.#pending++;
     if (this.#timer === undefined || this.#armedWith !== setTimeout) this.#arm();
     else if (!this.#refed) {
       this.#timer.ref();
       this.#refed = true;
     }
-    return deadline;
   }
 
-  settle(deadline: Deadline): void {
-    if (deadline.reject === undefined) return;
-    deadline.reject = undefined;
+  /** Whether `call` was still pending (it is not any more): the first to settle it wins. */
+  settle(call: Deadline): boolean {
+    if (!call.pending) return false;
+    call.pending = false;
     if (--this.#pending === 0) this.#idle();
+    return true;
   }
 
-  /** Nothing pending: forget the settled deadlines and let the armed timer run out unref'd. */
+  /** Nothing pending: forget the settled calls and let the armed timer run out unref'd. */
   #idle(): void {
-    this.#items.length = 0;
-    this.#head = 0;
+    this.#items.fill(undefined, this.#head, this.#tail);
+    this.#head = this.#tail = 0;
     if (this.#timer !== undefined && this.#refed) {
       this.#timer.unref();
       this.#refed = false;
@@ -62,12 +115,14 @@ class DeadlineQueue {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
     const items = this.#items;
-    while (this.#head < items.length && items[this.#head]!.reject === undefined) items[this.#head++] = undefined;
-    if (this.#head > 1024 && this.#head * 2 > items.length) {
-      items.splice(0, this.#head);
+    while (this.#head < this.#tail && !items[this.#head]!.pending) items[this.#head++] = undefined;
+    if (this.#head > 1024 && this.#head * 2 > this.#tail) {
+      items.copyWithin(0, this.#head, this.#tail);
+      items.fill(undefined, this.#tail - this.#head, this.#tail);
+      this.#tail -= this.#head;
       this.#head = 0;
     }
-    const next = items[this.#head];
+    const next = this.#head < this.#tail ? items[this.#head] : undefined;
     if (next === undefined) return;
     this.#armedFor = next;
     this.#armedWith = setTimeout;
@@ -77,20 +132,19 @@ class DeadlineQueue {
 
   #fire(): void {
     this.#timer = undefined;
-    // The deadline this timer was armed for has passed, whatever the wall clock says now.
+    // The call this timer was armed for has passed its deadline, whatever the wall clock says now.
     const due = this.#armedFor;
     this.#armedFor = undefined;
     const now = Date.now();
     const items = this.#items;
-    while (this.#head < items.length) {
-      const deadline = items[this.#head]!;
-      if (deadline !== due && deadline.reject !== undefined && deadline.at > now) break;
+    while (this.#head < this.#tail) {
+      const call = items[this.#head]!;
+      if (call !== due && call.pending && call.at > now) break;
       items[this.#head++] = undefined;
-      const reject = deadline.reject;
-      if (reject === undefined) continue;
-      deadline.reject = undefined;
+      if (!call.pending) continue;
+      call.pending = false;
       this.#pending--;
-      reject(new Error(deadline.message));
+      call.expire();
     }
     if (this.#pending === 0) this.#idle();
     else this.#arm();
@@ -129,21 +183,10 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, message: string,
     queue = new DeadlineQueue(ms);
     queues.set(ms, queue);
   }
-  const q = queue;
-  return new Promise<T>((resolve, reject) => {
-    const fail = mapError === undefined ? reject : (error: unknown) => reject(mapError(error));
-    const deadline = q.add(message, fail);
-    promise.then(
-      (value) => {
-        q.settle(deadline);
-        resolve(value);
-      },
-      (error: unknown) => {
-        q.settle(deadline);
-        fail(error);
-      },
-    );
-  });
+  const call = new BoundedCall<T>(queue, message, mapError);
+  queue.add(call);
+  promise.then(call.onValue, call.onError);
+  return call.promise;
 }
 
 /**
