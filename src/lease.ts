@@ -194,6 +194,11 @@ export class Lease {
     const flight = this.#flight;
     const record = this.#record;
     if (!flight || !record) return;
+    // Nobody follows (the usual case): end it without building the record it would hand over.
+    if (!flight.followed) {
+      flight.end(undefined);
+      return;
+    }
     const expiresAt = this.engine.options.now() + ttl;
     flight.end(() => ({
       record: {

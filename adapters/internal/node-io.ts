@@ -144,8 +144,12 @@ export function sendResponse(res: ServerResponse, response: HttpResponse): void 
   res.end(response.body);
 }
 
+/** The headers object (or list) among writeHead's arguments after the status: `(status, [reason,] headers)`. */
 function headersFromArgs(args: unknown[]): OutgoingHttpHeaders | undefined {
-  const last = args.find((a) => typeof a === 'object' && a !== null);
+  let last: unknown;
+  for (let i = 1; i < args.length && last === undefined; i++) {
+    if (typeof args[i] === 'object' && args[i] !== null) last = args[i];
+  }
   if (last === undefined) return undefined;
   if (!Array.isArray(last)) return last as OutgoingHttpHeaders;
   const out: OutgoingHttpHeaders = {};
@@ -229,7 +233,7 @@ class SharedCapture extends Capture {
 }
 
 function writeHeadWith(capture: Capture, res: ServerResponse, args: unknown[]): ServerResponse {
-  const headers = headersFromArgs(args.slice(1));
+  const headers = headersFromArgs(args);
   if (headers) {
     const kept = { ...capture.headHeaders };
     for (const [k, v] of Object.entries(headers)) kept[k.toLowerCase()] = v;
@@ -451,10 +455,14 @@ export function captureStream(source: Readable, claim: HttpClaim, head: Omit<Cap
  */
 export function invalidHeader(headers: CapturedResponse['headers']): Error | undefined {
   try {
-    for (const [name, value] of Object.entries(headers)) {
+    // Own keys by `in` (no entry arrays): the headers are a plain or null-prototype object.
+    for (const name in headers) {
+      if (!Object.prototype.hasOwnProperty.call(headers, name)) continue;
+      const value = headers[name];
       if (value === undefined) continue;
       validateHeaderName(name);
-      for (const one of Array.isArray(value) ? value : [value]) validateHeaderValue(name, String(one));
+      if (Array.isArray(value)) for (const one of value) validateHeaderValue(name, String(one));
+      else validateHeaderValue(name, String(value));
     }
   } catch (error) {
     return error as Error;
