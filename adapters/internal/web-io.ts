@@ -264,17 +264,26 @@ export function headersRecord(headers: Headers): Record<string, string | string[
  * from Node's) build a full `Headers` for every request. Listing the names still works.
  */
 export function headersView(headers: Headers): Record<string, string | undefined> {
-  const value = (name: string | symbol) => (typeof name === 'string' ? (headers.get(name) ?? undefined) : undefined);
-  return new Proxy(Object.create(null) as Record<string, string | undefined>, {
-    get: (_target, name) => value(name),
-    has: (_target, name) => value(name) !== undefined,
-    ownKeys: () => [...new Set(headers.keys())], // Set-Cookie lines come one by one
-    getOwnPropertyDescriptor: (_target, name) => {
-      const found = value(name);
-      return found === undefined ? undefined : { value: found, enumerable: true, configurable: true, writable: false };
-    },
-  });
+  // The Headers object is the proxy's target and the handler is shared: one object per
+  // request, no closures. Headers keeps no own properties, so the proxy's invariants hold.
+  return new Proxy(headers, HEADERS_VIEW) as unknown as Record<string, string | undefined>;
 }
+
+const headerOf = (headers: Headers, name: string | symbol): string | undefined =>
+  typeof name === 'string' ? (headers.get(name) ?? undefined) : undefined;
+
+const HEADERS_VIEW: ProxyHandler<Headers> = {
+  get: headerOf,
+  has: (headers, name) => headerOf(headers, name) !== undefined,
+  ownKeys: (headers) => [...new Set(headers.keys())], // Set-Cookie lines come one by one
+  getOwnPropertyDescriptor: (headers, name) => {
+    const found = headerOf(headers, name);
+    return found === undefined ? undefined : { value: found, enumerable: true, configurable: true, writable: false };
+  },
+  // A view: writes change nothing, as on a record the layer copied.
+  set: () => true,
+  deleteProperty: () => true,
+};
 
 /** The request target (path and query) of an absolute URL. */
 export function requestTarget(url: string): string {
@@ -438,21 +447,39 @@ const encoder = new TextEncoder();
  * paths against the installed version.
  */
 function knownBody(response: Response, limit: number, source?: { string: boolean }): Uint8Array | null | undefined {
+  const kept = keptResponse(response);
+  if (!Array.isArray(kept) || kept.length !== 3 || kept[0] !== response.status) return undefined;
+  const body: unknown = kept[1];
+  if (body === null) return EMPTY;
+  // Over the limit it is not stored (`null`): no copy is made only to be dropped. A
+  // string longer than the limit in UTF-16 units is longer in UTF-8 bytes too.
+  if (typeof body === 'string') {
+    if (source) source.string = true;
+    return body.length > limit ? null : encoder.encode(body);
+  }
+  // A copy (`Buffer#slice` would not be one): the handler may reuse its buffer.
+  if (body instanceof Uint8Array) return body.byteLength > limit ? null : new Uint8Array(body);
+  return undefined;
+}
+
+/** @hono/node-server's private key of a Response's kept `[status, body, headers]`, once found. */
+let keptKey: symbol | undefined;
+
+/**
+ * What a Response keeps under a private symbol described `cache`, or `undefined`. The key
+ * found once is tried first, so a server's responses are not scanned for it one by one; a
+ * response without it (a stream, another Response class) is scanned, as the first one was.
+ */
+function keptResponse(response: Response): unknown {
+  const own = response as unknown as Record<symbol, unknown>;
+  if (keptKey !== undefined) {
+    const kept = own[keptKey];
+    if (kept !== undefined) return kept;
+  }
   for (const symbol of Object.getOwnPropertySymbols(response)) {
     if (symbol.description !== 'cache') continue;
-    const kept: unknown = (response as unknown as Record<symbol, unknown>)[symbol];
-    if (!Array.isArray(kept) || kept.length !== 3 || kept[0] !== response.status) return undefined;
-    const body: unknown = kept[1];
-    if (body === null) return EMPTY;
-    // Over the limit it is not stored (`null`): no copy is made only to be dropped. A
-    // string longer than the limit in UTF-16 units is longer in UTF-8 bytes too.
-    if (typeof body === 'string') {
-      if (source) source.string = true;
-      return body.length > limit ? null : encoder.encode(body);
-    }
-    // A copy (`Buffer#slice` would not be one): the handler may reuse its buffer.
-    if (body instanceof Uint8Array) return body.byteLength > limit ? null : new Uint8Array(body);
-    return undefined;
+    keptKey = symbol;
+    return own[symbol];
   }
   return undefined;
 }
@@ -588,7 +615,8 @@ export function clientGoneFor(request: Request, rest: readonly unknown[], claim:
   const state = { aborted: node.destroyed && !node.writableFinished };
   if (state.aborted) claim.abandon();
   else {
-    node.once('close', () => {
+    // A response emits 'close' once: `on` spares the wrapper `once` would build per request.
+    node.on('close', () => {
       if (node.writableFinished) return;
       state.aborted = true;
       claim.abandon();

@@ -195,6 +195,13 @@ describe('fetch adapter specifics', () => {
     expect('missing' in view).toBe(false);
     expect(Object.keys(view).sort()).toEqual(['content-type', 'set-cookie', 'x-a']);
     expect({ ...view }).toEqual({ 'content-type': 'application/json', 'set-cookie': 'a=1, b=2', 'x-a': '1, 2' });
+    // Writes through the view change neither the view nor the request's headers.
+    view['x-b'] = '3';
+    delete view['x-a'];
+    expect(view['x-b']).toBeUndefined();
+    expect(headers.has('x-b')).toBe(false);
+    expect(view['x-a']).toBe('1, 2');
+    expect(typeof view[Symbol.iterator as unknown as string]).toBe('undefined');
   });
 
   it('requestTarget: path and query of an absolute URL, without the fragment', () => {
