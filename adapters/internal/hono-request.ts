@@ -12,16 +12,24 @@ interface Lent {
   readonly request: Request;
   readonly bytes: Uint8Array;
   raw?: Request;
+  /** Whether `c.req.raw` is the accessor that builds it (RAW), not Hono's own field. */
+  readonly accessor: boolean;
 }
 
 const LENT = Symbol('idempotency-kit.lent');
 
-type LendingRequest = HonoRequest & { [LENT]?: Lent };
+type LendingRequest = HonoRequest;
 
-/** Hono's body cache as it is at run time (its type names the values, it holds promises). */
+/**
+ * Hono's body cache as it is at run time (its type names the values, it holds promises).
+ * What was lent is kept there under a symbol, which Hono's walks of the cache (`for...in`)
+ * never see: a symbol added to Hono's request itself, after its prototype changed, costs
+ * about a microsecond a request.
+ */
 interface BodyCache {
   text?: Promise<string>;
   arrayBuffer?: Promise<ArrayBuffer>;
+  [LENT]?: Lent;
 }
 const bodyCache = (req: LendingRequest) => req.bodyCache as unknown as BodyCache;
 
@@ -29,7 +37,7 @@ const decoder = new TextDecoder();
 
 /** The request whose url, method and headers stand for `c.req.raw`, without building it. */
 function head(req: LendingRequest): Request {
-  const lent = req[LENT]!;
+  const lent = bodyCache(req)[LENT]!;
   return lent.raw ?? lent.request;
 }
 
@@ -115,11 +123,11 @@ function lendingPrototype(base: object): object {
 /** `c.req.raw`: a request with the body's bytes, built on first use. */
 const RAW: PropertyDescriptor = {
   get(this: LendingRequest) {
-    const lent = this[LENT]!;
+    const lent = bodyCache(this)[LENT]!;
     return (lent.raw ??= withBody(lent.request, lent.bytes));
   },
   set(this: LendingRequest, value: Request) {
-    this[LENT]!.raw = value;
+    bodyCache(this)[LENT]!.raw = value;
   },
   configurable: true,
   enumerable: true,
@@ -135,15 +143,20 @@ const RAW: PropertyDescriptor = {
  */
 export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array, unread = false): void {
   const lending = req as LendingRequest;
+  const cache = bodyCache(lending);
   const buffer = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes.buffer : bytes.slice().buffer;
   // Bytes only (text is made on first use): Hono makes a blob or form data from the first
   // entry, and text would not keep a binary body whole.
-  bodyCache(lending).arrayBuffer = Promise.resolve(buffer as ArrayBuffer);
-  if (lending[LENT] === undefined) {
-    // Once per request, and the same change for every request: V8 keeps the object fast.
-    Object.setPrototypeOf(lending, lendingPrototype(Object.getPrototypeOf(lending)));
-    Object.defineProperty(lending, 'raw', RAW);
+  cache.arrayBuffer = Promise.resolve(buffer as ArrayBuffer);
+  const before = cache[LENT];
+  // Once per request, and the same change for every request: V8 keeps the object fast.
+  if (before === undefined) Object.setPrototypeOf(lending, lendingPrototype(Object.getPrototypeOf(lending)));
+  if (unread) {
+    // The request still holds its body (the server reads it again): it is `c.req.raw`
+    // itself, as Hono set it, so no accessor is needed (defining one costs a microsecond).
+    cache[LENT] = { request, bytes, raw: request, accessor: before?.accessor ?? false };
+    return;
   }
-  // `unread`: the request still holds its body (the server reads it again), so it is `c.req.raw` itself.
-  lending[LENT] = unread ? { request, bytes, raw: request } : { request, bytes };
+  if (before?.accessor !== true) Object.defineProperty(lending, 'raw', RAW);
+  cache[LENT] = { request, bytes, accessor: true };
 }

@@ -258,6 +258,29 @@ describe('Hono on @hono/node-server', () => {
     const on = await send(base, { path: '/on', key: randomUUID(), body });
     expect(on.text).toBe(JSON.stringify(body));
   });
+
+  it('H6: two layers in one chain (app-wide and on the route): the handler still reads the bytes every way, and each layer replays', async () => {
+    const app = new Hono();
+    let runs = 0;
+    app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+    app.post('/twice', idempotency({ store: memoryStore(), scope: 'shared', headerName: 'x-inner-key' }), async (c) => {
+      runs++;
+      const raw = await c.req.raw.text();
+      const json: unknown = await c.req.json();
+      return c.json({ raw, json, url: new URL(c.req.url).pathname, type: c.req.header('content-type') }, 201);
+    });
+    const base = await serve(app);
+    const body = { a: 1, b: 'é' };
+    const key = randomUUID();
+    const send2 = () => send(base, { path: '/twice', key, body, headers: { 'x-inner-key': key } });
+    const first = await send2();
+    expect(first.status).toBe(201);
+    expect(first.json()).toEqual({ raw: JSON.stringify(body), json: body, url: '/twice', type: 'application/json' });
+    const replay = await send2();
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text).toBe(first.text);
+    expect(runs).toBe(1);
+  });
 });
 
 describe('the fetch adapter on @hono/node-server', () => {
