@@ -436,30 +436,20 @@ function streamOn(
 
 const encoder = new TextEncoder();
 
+/** What @hono/node-server's Response keeps of itself: `[status, body, headers]`. */
+type Kept = [status: number, body: unknown, headers: unknown];
+
 /**
- * The bytes of a body that a server's own Response class keeps as given, `null` when they
- * are over `limit` (not stored), or `undefined` when it cannot be told without reading the
- * body. @hono/node-server's Response keeps
- * `[status, body, headers]` under a private symbol until something reads `body`; reading
- * it there would turn it into a full Response and a stream, where the server otherwise
- * writes a string or bytes straight to the socket. Anything not of that exact shape takes
- * the standard path (read the stream); test/adapters/hono-node-server.test.ts pins both
- * paths against the installed version.
+ * The `[status, body, headers]` a server's own Response class keeps as given, or
+ * `undefined`. @hono/node-server's Response keeps them under a private symbol until
+ * something reads `body`; reading it there would turn it into a full Response and a
+ * stream, where the server otherwise writes a string or bytes straight to the socket.
+ * Anything not of that exact shape takes the standard path (read the stream);
+ * test/adapters/hono-node-server.test.ts pins both paths against the installed version.
  */
-function knownBody(response: Response, limit: number, source?: { string: boolean }): Uint8Array | null | undefined {
+function keptParts(response: Response): Kept | undefined {
   const kept = keptResponse(response);
-  if (!Array.isArray(kept) || kept.length !== 3 || kept[0] !== response.status) return undefined;
-  const body: unknown = kept[1];
-  if (body === null) return EMPTY;
-  // Over the limit it is not stored (`null`): no copy is made only to be dropped. A
-  // string longer than the limit in UTF-16 units is longer in UTF-8 bytes too.
-  if (typeof body === 'string') {
-    if (source) source.string = true;
-    return body.length > limit ? null : encoder.encode(body);
-  }
-  // A copy (`Buffer#slice` would not be one): the handler may reuse its buffer.
-  if (body instanceof Uint8Array) return body.byteLength > limit ? null : new Uint8Array(body);
-  return undefined;
+  return Array.isArray(kept) && kept.length === 3 && kept[0] === response.status ? (kept as Kept) : undefined;
 }
 
 /** @hono/node-server's private key of a Response's kept `[status, body, headers]`, once found. */
@@ -484,6 +474,51 @@ function keptResponse(response: Response): unknown {
   return undefined;
 }
 
+/**
+ * The bytes of a kept body, `null` when they are over `limit` (not stored), or `undefined`
+ * when it cannot be told without reading the body (a stream, a Blob).
+ */
+function knownBody(kept: Kept, limit: number): Uint8Array | null | undefined {
+  const body = kept[1];
+  if (body === null) return EMPTY;
+  // Over the limit it is not stored (`null`): no copy is made only to be dropped. A
+  // string longer than the limit in UTF-16 units is longer in UTF-8 bytes too.
+  if (typeof body === 'string') return body.length > limit ? null : encoder.encode(body);
+  // A copy (`Buffer#slice` would not be one): the handler may reuse its buffer.
+  if (body instanceof Uint8Array) return body.byteLength > limit ? null : new Uint8Array(body);
+  return undefined;
+}
+
+/** What @hono/node-server sends as the type of a kept body given no headers at all. */
+const NODE_SERVER_DEFAULT_TYPE = 'text/plain; charset=UTF-8';
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/** A value Node would refuse (a control character) or `Headers` would change (edge whitespace). */
+const UNSENDABLE_VALUE = /[^\t\x20-\x7e\x80-\xff]|^[\t ]|[\t ]$/;
+
+/**
+ * The headers of a kept response, read without reading `response.headers`, when they were
+ * given as a plain record of strings (as `c.json`, `c.text` and `new Response(text, {
+ * headers: { ... } })` give them) or not at all: @hono/node-server writes such a record as
+ * it is, while reading `headers` would build a `Headers` from it (and the server would then
+ * write from that). `undefined` for any other form, a repeated name in two cases, or a name
+ * or value Node would refuse: the standard path reads them (and a bad one is the handler's
+ * error there).
+ */
+function plainKeptHeaders(kept: Kept): Record<string, string> | undefined {
+  const given = kept[2];
+  if (given === undefined || given === null) return kept[1] === null ? {} : { 'content-type': NODE_SERVER_DEFAULT_TYPE };
+  if (typeof given !== 'object' || Object.getPrototypeOf(given) !== Object.prototype) return undefined;
+  const out: Record<string, string> = {};
+  for (const name in given) {
+    const value = (given as Record<string, unknown>)[name];
+    if (typeof value !== 'string' || !TOKEN.test(name) || UNSENDABLE_VALUE.test(value)) return undefined;
+    const lower = name.toLowerCase();
+    if (Object.hasOwn(out, lower)) return undefined;
+    out[lower] = value;
+  }
+  return out;
+}
+
 /** Whether a header value holds a character beyond ASCII. */
 function nonAsciiHeader(headers: Head['headers']): boolean {
   for (const value of Object.values(headers)) {
@@ -506,24 +541,24 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     await claim.fail(error);
     throw error;
   }
+  const kept = keptParts(response);
   let head: Head;
   try {
     // A server's Response may check header values only when they are read (@hono/node-server
     // does): a value refused here is the handler's error, and the claim is released.
-    head = { status: response.status, headers: headersRecord(response.headers) };
+    head = { status: response.status, headers: (kept && plainKeptHeaders(kept)) ?? headersRecord(response.headers) };
   } catch (error) {
     await claim.fail(error);
     throw error;
   }
-  const kept = { string: false };
-  const known = knownBody(response, claim.maxResponseBytes, kept);
+  const known = kept && knownBody(kept, claim.maxResponseBytes);
   if (known !== undefined) {
     // Nothing read from it: the server sends it as it would have without us.
-    await claim.finish({ ...head, body: known });
+    await claim.finish({ status: head.status, headers: head.headers, body: known });
     // Node writes a head that goes out with a string body in the body's encoding (UTF-8), and
     // otherwise as latin1, as the replay (bytes) goes out: a non-ASCII header value is sent
     // with the body as bytes, so that the first response and its replay are the same bytes.
-    if (kept.string && known !== null && nonAsciiHeader(head.headers)) return new Response(known as ResponseBody, response);
+    if (typeof kept?.[1] === 'string' && known !== null && nonAsciiHeader(head.headers)) return new Response(known as ResponseBody, response);
     return response;
   }
   if (response.body === null) {

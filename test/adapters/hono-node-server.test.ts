@@ -36,19 +36,20 @@ afterAll(async () => {
 await serve(new Hono());
 const LightResponse = globalThis.Response;
 
-function recordingClaim(): { claim: HttpClaim; stored: CapturedResponse[] } {
+function recordingClaim(): { claim: HttpClaim; stored: CapturedResponse[]; failed: unknown[] } {
   const stored: CapturedResponse[] = [];
+  const failed: unknown[] = [];
   const claim: HttpClaim = {
     async finish(response) {
       stored.push(response);
     },
     async fail(error) {
-      throw error;
+      failed.push(error);
     },
     abandon() {},
     maxResponseBytes: 1024 * 1024,
   };
-  return { claim, stored };
+  return { claim, stored, failed };
 }
 
 const sameRequest = () => 'the same request';
@@ -106,6 +107,48 @@ describe('recording a response on @hono/node-server', () => {
     expect(stored[0]!.status).toBe(201);
     expect(stored[0]!.headers['content-type']).toBe('application/json');
     expect(text(stored[0]!.body)).toBe('{"id":"é"}');
+  });
+
+  it('H6: headers given as a plain record are recorded from it, left as given (the server writes them as they are)', async () => {
+    const { claim, stored } = recordingClaim();
+    const kept = (response: Response) =>
+      (response as unknown as Record<symbol, unknown[]>)[Object.getOwnPropertySymbols(response).find((s) => s.description === 'cache')!]![2];
+    const given = { 'Content-Type': 'application/json', ETag: '"v1"', 'X-Note': 'plain' };
+    const response = new Response('{}', { status: 201, headers: given });
+    const sent = await recordResponse(response, claim, undefined);
+    expect(sent).toBe(response);
+    // Not turned into a Headers: @hono/node-server still writes the record as it is.
+    expect(kept(sent)).toBe(given);
+    expect(stored[0]!.headers).toEqual({ 'content-type': 'application/json', etag: '"v1"', 'x-note': 'plain' });
+    // No headers at all: the type the server sends by default; none for a null body.
+    await recordResponse(new Response('plain', { status: 200 }), claim, undefined);
+    expect(stored[1]!.headers).toEqual({ 'content-type': 'text/plain; charset=UTF-8' });
+    await recordResponse(new Response(null, { status: 204 }), claim, undefined);
+    expect(stored[2]!.headers).toEqual({});
+  });
+
+  it('H6: headers in any other form, or a name given twice in two cases, are read as Headers read them', async () => {
+    const { claim, stored } = recordingClaim();
+    const forms: ConstructorParameters<typeof Response>[1][] = [
+      { headers: new Headers({ 'content-type': 'application/json' }) },
+      { headers: [['content-type', 'application/json'], ['vary', 'a'], ['vary', 'b']] },
+      { headers: { 'content-type': 'application/json', 'Vary': 'a', 'vary': 'b' } },
+      { headers: { 'content-type': 'application/json', vary: ' a ' } },
+    ];
+    for (const init of forms) await recordResponse(new Response('{}', { status: 200, ...init }), claim, undefined);
+    expect(stored.map((s) => s.headers)).toEqual([
+      { 'content-type': 'application/json' },
+      { 'content-type': 'application/json', vary: 'a, b' },
+      { 'content-type': 'application/json', vary: 'a, b' },
+      { 'content-type': 'application/json', vary: 'a' },
+    ]);
+  });
+
+  it('H6: a header value Node would refuse, given as a plain record, is the handler\'s error: nothing is stored, the claim is released', async () => {
+    const { claim, stored, failed } = recordingClaim();
+    await expect(recordResponse(new Response('{}', { status: 201, headers: { 'x-bad': 'a\nb' } }), claim, undefined)).rejects.toThrow(TypeError);
+    expect(stored).toHaveLength(0);
+    expect(failed).toHaveLength(1);
   });
 
   it('H6: a bytes body is recorded as a copy (the handler may reuse its buffer); a null body as empty', async () => {
@@ -331,6 +374,26 @@ describe('the fetch adapter on @hono/node-server', () => {
     }
     expect(runs).toBe(5);
     expect(seen).toEqual(Array.from({ length: 5 }, () => ({ bodyUsed: false, materialized: false })));
+  });
+
+  it('H7: headers given as a plain record, or none at all: the replay has the first response\'s status, headers and bytes', async () => {
+    let runs = 0;
+    const base = await serveFetch(async (request) => {
+      runs++;
+      const path = new URL(request.url).pathname;
+      if (path === '/none') return new Response(`run ${runs}`, { status: 201 });
+      return new Response(`{"run":${runs}}`, { status: 201, headers: { 'Content-Type': 'application/json', ETag: `"${runs}"`, 'Cache-Control': 'no-store' } });
+    });
+    for (const path of ['/record', '/none']) {
+      const key = randomUUID();
+      const first = await send(base, { path, key, body: { a: 1 } });
+      const replay = await send(base, { path, key, body: { a: 1 } });
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.status).toBe(first.status);
+      expect(replay.text).toBe(first.text);
+      for (const name of ['content-type', 'etag', 'content-length']) expect(replay.headers[name], name).toBe(first.headers[name]);
+    }
+    expect(runs).toBe(2);
   });
 
   it('H13 H17: a client gone mid-request (told by Node\'s response): the response is still stored, but the lease is no longer renewed', async () => {
