@@ -18,8 +18,6 @@ interface Lent {
 
 const LENT = Symbol('idempotency-kit.lent');
 
-type LendingRequest = HonoRequest;
-
 /**
  * Hono's body cache as it is at run time (its type names the values, it holds promises).
  * What was lent is kept there under a symbol, which Hono's walks of the cache (`for...in`)
@@ -31,12 +29,12 @@ interface BodyCache {
   arrayBuffer?: Promise<ArrayBuffer>;
   [LENT]?: Lent;
 }
-const bodyCache = (req: LendingRequest) => req.bodyCache as unknown as BodyCache;
+const bodyCache = (req: HonoRequest) => req.bodyCache as unknown as BodyCache;
 
 const decoder = new TextDecoder();
 
 /** The request whose url, method and headers stand for `c.req.raw`, without building it. */
-function head(req: LendingRequest): Request {
+function head(req: HonoRequest): Request {
   const lent = bodyCache(req)[LENT]!;
   return lent.raw ?? lent.request;
 }
@@ -56,19 +54,19 @@ function lendingPrototype(base: object): object {
   const inherited = base as HonoRequest;
   const proto: object = Object.create(base, {
     url: {
-      get(this: LendingRequest) {
+      get(this: HonoRequest) {
         return head(this).url;
       },
       configurable: true,
     },
     method: {
-      get(this: LendingRequest) {
+      get(this: HonoRequest) {
         return head(this).method;
       },
       configurable: true,
     },
     header: {
-      value: function header(this: LendingRequest, name?: string) {
+      value: function header(this: HonoRequest, name?: string) {
         const headers = head(this).headers;
         if (name) return headers.get(name) ?? undefined;
         const all: Record<string, string> = Object.create(null);
@@ -83,7 +81,7 @@ function lendingPrototype(base: object): object {
     // A cached body is what Hono answers with; only a miss needs Hono's own method (and
     // raw). Text is made from the cached bytes on first use, as Hono would make it.
     text: {
-      value: function text(this: LendingRequest) {
+      value: function text(this: HonoRequest) {
         const cache = bodyCache(this);
         if (cache.text) return cache.text;
         if (cache.arrayBuffer) return (cache.text = cache.arrayBuffer.then((b) => decoder.decode(b)));
@@ -93,7 +91,7 @@ function lendingPrototype(base: object): object {
       writable: true,
     },
     json: {
-      value: function json(this: LendingRequest) {
+      value: function json(this: HonoRequest) {
         const cache = bodyCache(this);
         return cache.text || cache.arrayBuffer ? this.text().then((t) => JSON.parse(t)) : inherited.json.call(this);
       },
@@ -101,14 +99,14 @@ function lendingPrototype(base: object): object {
       writable: true,
     },
     arrayBuffer: {
-      value: function arrayBuffer(this: LendingRequest) {
+      value: function arrayBuffer(this: HonoRequest) {
         return bodyCache(this).arrayBuffer ?? inherited.arrayBuffer.call(this);
       },
       configurable: true,
       writable: true,
     },
     bytes: {
-      value: function bytes(this: LendingRequest) {
+      value: function bytes(this: HonoRequest) {
         const buffer = bodyCache(this).arrayBuffer;
         return buffer ? buffer.then((b) => new Uint8Array(b)) : inherited.bytes.call(this);
       },
@@ -122,11 +120,11 @@ function lendingPrototype(base: object): object {
 
 /** `c.req.raw`: a request with the body's bytes, built on first use. */
 const RAW: PropertyDescriptor = {
-  get(this: LendingRequest) {
+  get(this: HonoRequest) {
     const lent = bodyCache(this)[LENT]!;
     return (lent.raw ??= withBody(lent.request, lent.bytes));
   },
-  set(this: LendingRequest, value: Request) {
+  set(this: HonoRequest, value: Request) {
     bodyCache(this)[LENT]!.raw = value;
   },
   configurable: true,
@@ -142,21 +140,20 @@ const RAW: PropertyDescriptor = {
  * be read (@hono/node-server reads it again from Node's message), and is `c.req.raw`.
  */
 export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array, unread = false): void {
-  const lending = req as LendingRequest;
-  const cache = bodyCache(lending);
+  const cache = bodyCache(req);
   const buffer = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes.buffer : bytes.slice().buffer;
   // Bytes only (text is made on first use): Hono makes a blob or form data from the first
   // entry, and text would not keep a binary body whole.
   cache.arrayBuffer = Promise.resolve(buffer as ArrayBuffer);
   const before = cache[LENT];
   // Once per request, and the same change for every request: V8 keeps the object fast.
-  if (before === undefined) Object.setPrototypeOf(lending, lendingPrototype(Object.getPrototypeOf(lending)));
+  if (before === undefined) Object.setPrototypeOf(req, lendingPrototype(Object.getPrototypeOf(req)));
   if (unread) {
     // The request still holds its body (the server reads it again): it is `c.req.raw`
     // itself, as Hono set it, so no accessor is needed (defining one costs a microsecond).
     cache[LENT] = { request, bytes, raw: request, accessor: before?.accessor ?? false };
     return;
   }
-  if (before?.accessor !== true) Object.defineProperty(lending, 'raw', RAW);
+  if (before?.accessor !== true) Object.defineProperty(req, 'raw', RAW);
   cache[LENT] = { request, bytes, accessor: true };
 }
