@@ -76,7 +76,23 @@ export async function failoverRound(topology: FailoverTopology, round: number, w
   const config = JSON.stringify({ url: topology.url, runId, lanes: 8, leaseMs, ...(waitForReplicas ? { waitForReplicas } : {}) });
   const workers = Array.from({ length: 4 }, () => startWorker<WorkerReport>(FAILOVER_WORKER, [config]));
   try {
-    await Promise.all(workers.map((w) => w.ready));
+    // Every wait is bounded: a worker that hangs fails the round with what it printed,
+    // instead of leaving the test to its timeout with no clue.
+    const all = async <T>(stage: string, ms: number, each: (w: (typeof workers)[number]) => Promise<T>): Promise<T[]> => {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          const alive = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
+          reject(new Error(`failover round ${round}: ${alive.length} worker(s) still running ${ms} ms into "${stage}"\n${alive.map((w) => `pid ${w.child.pid}\n${w.output()}`).join('\n')}`));
+        }, ms);
+      });
+      try {
+        return await Promise.race([Promise.all(workers.map(each)), late]);
+      } finally {
+        clearTimeout(timer);
+      }
+    };
+    await all('ready', 40_000, (w) => w.ready);
     for (const w of workers) w.send('go');
     await new Promise((r) => setTimeout(r, 1000));
     const victim = await topology.victim(round);
@@ -88,7 +104,8 @@ export async function failoverRound(topology: FailoverTopology, round: number, w
     await topology.waitHealthy(30_000);
     await new Promise((r) => setTimeout(r, 1000));
     for (const w of workers) w.send('stop');
-    const reports = await Promise.all(workers.map((w) => w.exited));
+    // A lane finishes the key it holds: at most two leases and a little more.
+    const reports = await all('stop', 2 * leaseMs + 15_000, (w) => w.exited);
 
     const runs = new Map<number, number[]>();
     for (const e of reports.flatMap((r) => r.executions)) runs.set(e.key, [...(runs.get(e.key) ?? []), e.at]);

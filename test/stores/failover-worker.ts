@@ -101,3 +101,9 @@ await Promise.all(Array.from({ length: config.lanes }, () => lane()));
 await store.close();
 process.stdout.write(`${JSON.stringify({ pid: process.pid, executions, errors, latencies, stuck })}\n`);
 process.stdin.destroy();
+// A closed store leaves nothing behind: if the process is still alive 5 s later, say what
+// holds it open and fail, rather than leave the test to time out with no clue.
+setTimeout(() => {
+  process.stderr.write(`the process did not exit after store.close(); still active: ${JSON.stringify(process.getActiveResourcesInfo())}\n`);
+  process.exit(3);
+}, 5000).unref();
