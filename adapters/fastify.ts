@@ -196,11 +196,16 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     done(null, payload.pipe(counter));
   });
 
-  fastify.addHook('preHandler', async function idempotency(request: FastifyRequest, reply: FastifyReply) {
+  // The callback form here too: the decision is a promise already, and an async hook would
+  // wrap it in a second one (and resolve it with the reply, a thenable, on a replay).
+  fastify.addHook('preHandler', function idempotency(request: FastifyRequest, reply: FastifyReply, done: (error?: Error) => void) {
     const state = stateOf(request, reply);
-    if (!state) return;
+    if (!state) {
+      done();
+      return;
+    }
     const routed = state.layer;
-    const decision = await routed.begin({
+    routed.begin({
       method: request.method,
       url: request.url,
       headers: request.headers,
@@ -224,20 +229,33 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
         return request.body;
       },
       raw: request,
-    });
-    if (decision.type === 'respond') {
-      const { status, headers, body } = decision.response;
-      return reply
-        .code(status)
-        .headers(headers)
-        .send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
-    }
-    if (decision.type === 'pass') return;
-    state.claim = decision.claim;
-    (reply.raw as unknown as Stateful)[STATE] = state;
-    // A client gone already (it left while the claim was being made) counts at once.
-    if (reply.raw.destroyed) onRawClose.call(reply.raw);
-    else reply.raw.on('close', onRawClose);
+    }).then((decision) => {
+      // What throws here is Fastify's to answer, as it was from an async hook (never an
+      // unhandled rejection).
+      try {
+        if (decision.type === 'respond') {
+          // Answered here: the route's handler does not run (a callback hook that sends does
+          // not call `done`).
+          const { status, headers, body } = decision.response;
+          reply
+            .code(status)
+            .headers(headers)
+            .send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+          return;
+        }
+        if (decision.type === 'execute') {
+          state.claim = decision.claim;
+          (reply.raw as unknown as Stateful)[STATE] = state;
+          // A client gone already (it left while the claim was being made) counts at once.
+          if (reply.raw.destroyed) onRawClose.call(reply.raw);
+          else reply.raw.on('close', onRawClose);
+        }
+      } catch (error) {
+        done(error as Error);
+        return;
+      }
+      done();
+    }, done);
   });
 
   fastify.addHook('onError', async function idempotencyError(request, _reply, error) {
