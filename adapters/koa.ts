@@ -40,17 +40,18 @@ const uploadSource: UploadSource = {
 /**
  * Record what Koa is about to send: `ctx.status`, the headers set so far and `ctx.body`
  * as the bytes Koa's responder will write (objects as JSON). A stream body is swapped for
- * one that is captured on its way out.
+ * one that is captured on its way out (then nothing is returned: the stream completes the
+ * claim). Not async: the caller awaits the store's own promise, with no wrapper around it,
+ * and a body Koa could not send either (JSON.stringify throws) throws at once.
  */
-async function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> {
+function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> | undefined {
   const status = ctx.status;
   // `getHeaders()` is a fresh copy already (what `ctx.response.headers` returns): taken as it is.
   const head = (): Omit<CapturedResponse, 'body'> => ({ status, headers: ctx.res.getHeaders() as CapturedResponse['headers'] });
   if (ctx.respond === false) {
     // The handler wrote to ctx.res itself: the body is out of sight, so the record completes
     // without one and a retry gets 409, never a second run.
-    await claim.finish({ status: ctx.res.statusCode, headers: ctx.res.getHeaders() as CapturedResponse['headers'], body: null });
-    return;
+    return claim.finish({ status: ctx.res.statusCode, headers: ctx.res.getHeaders() as CapturedResponse['headers'], body: null });
   }
   const body: unknown = ctx.body;
   let bytes: Buffer;
@@ -71,11 +72,11 @@ async function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> 
     const stream = toNodeStream(body);
     if (stream) {
       ctx.body = captureStream(stream, claim, head());
-      return;
+      return undefined;
     }
     bytes = Buffer.from(JSON.stringify(body));
   }
-  await claim.finish({ status, headers: head().headers, body: EMPTY_STATUSES.has(status) ? Buffer.alloc(0) : bytes });
+  return claim.finish({ status, headers: head().headers, body: EMPTY_STATUSES.has(status) ? Buffer.alloc(0) : bytes });
 }
 
 function respond(ctx: Context, response: { status: number; headers: Record<string, string | string[]>; body: Uint8Array }): void {
