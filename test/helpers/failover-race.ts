@@ -83,7 +83,12 @@ export async function failoverRound(topology: FailoverTopology, round: number, w
       const late = new Promise<never>((_, reject) => {
         timer = setTimeout(() => {
           const alive = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
-          reject(new Error(`failover round ${round}: ${alive.length} worker(s) still running ${ms} ms into "${stage}"\n${alive.map((w) => `pid ${w.child.pid}\n${w.output()}`).join('\n')}`));
+          // Each live worker says what its lanes are doing (a store call that never
+          // settled, or a handle that keeps it from exiting), then the round fails with it.
+          for (const w of alive) w.send('dump');
+          setTimeout(() => {
+            reject(new Error(`failover round ${round}: ${alive.length} worker(s) still running ${ms} ms into "${stage}"\n${alive.map((w) => `pid ${w.child.pid}\n${w.output()}`).join('\n')}`));
+          }, 1000);
         }, ms);
       });
       try {

@@ -30,8 +30,17 @@ const latencies: number[] = [];
 let stuck = 0;
 let nextKey = 0;
 let stopping = false;
+/** What each lane is doing, for the "dump" command (a round that waited too long asks). */
+const doing: { lane: number; key: number; operation: string; since: number }[] = [];
+const track = <T>(lane: number, key: number, operation: string, call: Promise<T>): Promise<T> => {
+  const entry = { lane, key, operation, since: Date.now() };
+  doing[lane] = entry;
+  return call.finally(() => {
+    if (doing[lane] === entry) doing[lane] = { ...entry, operation: `after ${operation}`, since: Date.now() };
+  });
+};
 
-async function settle(key: number): Promise<void> {
+async function settle(lane: number, key: number): Promise<void> {
   const id = `${config.runId}:key-${key}`;
   // Give up on a key after two leases: a claim that landed but whose reply was lost holds
   // the key until its lease ends, and then another process takes it over.
@@ -41,7 +50,7 @@ async function settle(key: number): Promise<void> {
     const started = performance.now();
     let result;
     try {
-      result = await store.claim(id, { token, fingerprint: 'f', createdAt: Date.now() }, config.leaseMs);
+      result = await track(lane, key, 'claim', store.claim(id, { token, fingerprint: 'f', createdAt: Date.now() }, config.leaseMs));
     } catch (error) {
       errors.push({ at: Date.now(), operation: 'claim', message: (error as Error).message });
       await sleep(50);
@@ -56,14 +65,14 @@ async function settle(key: number): Promise<void> {
     let clean = true;
     for (;;) {
       try {
-        await store.complete(id, token, response, 60_000);
+        await track(lane, key, 'complete', store.complete(id, token, response, 60_000));
         break; // stored, or refused because the claim is gone: either way nothing to redo
       } catch (error) {
         clean = false;
         errors.push({ at: Date.now(), operation: 'complete', message: (error as Error).message });
         // A completion written on a primary but not acknowledged by its replicas can still
         // be read back; once it is there (or the lease is over) stop retrying.
-        const record = await store.get(id).catch(() => undefined);
+        const record = await track(lane, key, 'get', store.get(id)).catch(() => undefined);
         if (record?.state === 'completed' && record.token === token) break;
         if (Date.now() > deadline) break;
         await sleep(50);
@@ -75,8 +84,9 @@ async function settle(key: number): Promise<void> {
   stuck++;
 }
 
-async function lane(): Promise<void> {
-  while (!stopping) await settle(nextKey++);
+async function lane(n: number): Promise<void> {
+  while (!stopping) await settle(n, nextKey++);
+  doing[n] = { lane: n, key: -1, operation: 'done', since: Date.now() };
 }
 
 // Connect before the race. The 1 s call bound is for the failover; a first connection on a
@@ -95,9 +105,13 @@ await new Promise<void>((resolve) => {
     const text = String(chunk);
     if (text.includes('go')) resolve();
     if (text.includes('stop')) stopping = true;
+    if (text.includes('dump')) {
+      const now = Date.now();
+      process.stderr.write(`lanes: ${JSON.stringify(doing.map((d) => ({ ...d, forMs: now - d.since })))}; active: ${JSON.stringify(process.getActiveResourcesInfo())}\n`);
+    }
   });
 });
-await Promise.all(Array.from({ length: config.lanes }, () => lane()));
+await Promise.all(Array.from({ length: config.lanes }, (_, n) => lane(n)));
 await store.close();
 process.stdout.write(`${JSON.stringify({ pid: process.pid, executions, errors, latencies, stuck })}\n`);
 process.stdin.destroy();
