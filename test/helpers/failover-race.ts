@@ -68,6 +68,31 @@ const percentile = (values: number[], p: number) => {
   return sorted.length === 0 ? NaN : Math.round(sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]! * 10) / 10;
 };
 
+type Worker = ReturnType<typeof startWorker<WorkerReport>>;
+
+/**
+ * `each` of the workers, within `ms`. Past it, each live worker is asked to say what its
+ * lanes are doing (a store call that never settled, or a handle that keeps it from
+ * exiting), and a second later the round fails with what the workers printed, instead of
+ * leaving the test to its timeout with no clue.
+ */
+async function allWithin<T>(workers: Worker[], round: string, stage: string, ms: number, each: (w: Worker) => Promise<T>): Promise<T[]> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(async () => {
+      const alive = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
+      for (const w of alive) w.send('dump');
+      await new Promise((r) => setTimeout(r, 1000));
+      reject(new Error(`${round}: ${alive.length} worker(s) still running ${ms} ms into "${stage}"\n${alive.map((w) => `pid ${w.child.pid}\n${w.output()}`).join('\n')}`));
+    }, ms);
+  });
+  try {
+    return await Promise.race([Promise.all(workers.map(each)), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export async function failoverRound(topology: FailoverTopology, round: number, waitForReplicas?: WaitForReplicas): Promise<FailoverFigures> {
   const runId = `failover-${randomUUID()}`;
   // A lease well above the outage, so that an owner whose completion waits for the new
@@ -76,28 +101,8 @@ export async function failoverRound(topology: FailoverTopology, round: number, w
   const config = JSON.stringify({ url: topology.url, runId, lanes: 8, leaseMs, ...(waitForReplicas ? { waitForReplicas } : {}) });
   const workers = Array.from({ length: 4 }, () => startWorker<WorkerReport>(FAILOVER_WORKER, [config]));
   try {
-    // Every wait is bounded: a worker that hangs fails the round with what it printed,
-    // instead of leaving the test to its timeout with no clue.
-    const all = async <T>(stage: string, ms: number, each: (w: (typeof workers)[number]) => Promise<T>): Promise<T[]> => {
-      let timer: NodeJS.Timeout | undefined;
-      const late = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => {
-          const alive = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
-          // Each live worker says what its lanes are doing (a store call that never
-          // settled, or a handle that keeps it from exiting), then the round fails with it.
-          for (const w of alive) w.send('dump');
-          setTimeout(() => {
-            reject(new Error(`failover round ${round}: ${alive.length} worker(s) still running ${ms} ms into "${stage}"\n${alive.map((w) => `pid ${w.child.pid}\n${w.output()}`).join('\n')}`));
-          }, 1000);
-        }, ms);
-      });
-      try {
-        return await Promise.race([Promise.all(workers.map(each)), late]);
-      } finally {
-        clearTimeout(timer);
-      }
-    };
-    await all('ready', 40_000, (w) => w.ready);
+    // Every wait on the workers is bounded (see allWithin).
+    await allWithin(workers, `failover round ${round}`, 'ready', 40_000, (w) => w.ready);
     for (const w of workers) w.send('go');
     await new Promise((r) => setTimeout(r, 1000));
     const victim = await topology.victim(round);
@@ -110,7 +115,7 @@ export async function failoverRound(topology: FailoverTopology, round: number, w
     await new Promise((r) => setTimeout(r, 1000));
     for (const w of workers) w.send('stop');
     // A lane finishes the key it holds: at most two leases and a little more.
-    const reports = await all('stop', 2 * leaseMs + 15_000, (w) => w.exited);
+    const reports = await allWithin(workers, `failover round ${round}`, 'stop', 2 * leaseMs + 15_000, (w) => w.exited);
 
     const runs = new Map<number, number[]>();
     for (const e of reports.flatMap((r) => r.executions)) runs.set(e.key, [...(runs.get(e.key) ?? []), e.at]);
