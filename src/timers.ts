@@ -19,16 +19,17 @@ interface Deadline {
 }
 
 /**
- * One bounded call: its deadline in its duration's queue, and the promise its caller got.
- * Whichever comes first, the call's own outcome or the deadline, settles that promise.
+ * One bounded call: its deadline in its duration's queue, and how to settle the promise its
+ * caller got. Whichever comes first, the call's own outcome or the deadline, settles that
+ * promise; from then on the call holds neither the promise nor its resolving functions, so a
+ * settled call still in the queue keeps nothing of what it settled with.
  */
 class BoundedCall<T> implements Deadline {
   readonly at: number;
   /** True until the call settles or its deadline fires. */
   pending = true;
-  readonly promise: Promise<T>;
-  readonly #resolve: (value: T) => void;
-  readonly #reject: (error: unknown) => void;
+  #resolve: ((value: T) => void) | undefined;
+  #reject: ((error: unknown) => void) | undefined;
 
   constructor(
     readonly queue: DeadlineQueue,
@@ -36,14 +37,20 @@ class BoundedCall<T> implements Deadline {
     readonly mapError: ((error: unknown) => unknown) | undefined,
   ) {
     this.at = Date.now() + queue.ms;
-    this.promise = new Promise<T>(takeResolvers);
+    // The resolving functions of the promise just made (see withTimeout), taken from where
+    // takeResolvers left them, not as parameters: the arrow fields below are created in
+    // this constructor's scope, and would keep any parameter (so the promise and what it
+    // settled with) alive for as long as the call is queued.
     this.#resolve = nextResolve as (value: T) => void;
-    this.#reject = nextReject!;
+    this.#reject = nextReject;
     nextResolve = nextReject = undefined;
   }
 
   readonly onValue = (value: T): void => {
-    if (this.queue.settle(this)) this.#resolve(value);
+    if (!this.queue.settle(this)) return;
+    const resolve = this.#resolve!;
+    this.#resolve = this.#reject = undefined;
+    resolve(value);
   };
 
   readonly onError = (error: unknown): void => {
@@ -56,7 +63,9 @@ class BoundedCall<T> implements Deadline {
   }
 
   fail(error: unknown): void {
-    this.#reject(this.mapError === undefined ? error : this.mapError(error));
+    const reject = this.#reject!;
+    this.#resolve = this.#reject = undefined;
+    reject(this.mapError === undefined ? error : this.mapError(error));
   }
 }
 
@@ -98,6 +107,14 @@ class DeadlineQueue {
     if (!call.pending) return false;
     call.pending = false;
     if (--this.#pending === 0) this.#idle();
+    else {
+      // Calls mostly settle in the order they were made: let the settled ones at the head go
+      // now, not at the next deadline. Under steady load (a store with calls always in
+      // flight) the queue would otherwise hold every call of the last `ms` with what it
+      // settled with, long enough for the collector to promote them all.
+      const items = this.#items;
+      while (this.#head < this.#tail && !items[this.#head]!.pending) items[this.#head++] = undefined;
+    }
     return true;
   }
 
@@ -183,10 +200,11 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, message: string,
     queue = new DeadlineQueue(ms);
     queues.set(ms, queue);
   }
+  const bounded = new Promise<T>(takeResolvers);
   const call = new BoundedCall<T>(queue, message, mapError);
   queue.add(call);
   promise.then(call.onValue, call.onError);
-  return call.promise;
+  return bounded;
 }
 
 /**

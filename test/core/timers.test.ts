@@ -51,4 +51,34 @@ describe('withTimeout (one timer per duration over a queue of deadlines)', () =>
     // Far below the 60 s deadline: nothing kept the event loop alive.
     expect(Date.now() - started).toBeLessThan(30_000);
   });
+
+  it('a settled call keeps nothing of what it settled with while an earlier call of its duration still pends', async () => {
+    const { setFlagsFromString } = await import('node:v8');
+    const { runInNewContext } = await import('node:vm');
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    // A duration no other test uses, so this queue is this test's alone. The first call
+    // never settles: the queue stays busy, as it does under steady load on a remote store.
+    const ms = 1_237;
+    const stuck = withTimeout(new Promise(() => undefined), ms, 'stuck').catch((error: Error) => error.message);
+    const settle = async (): Promise<WeakRef<object>[]> => {
+      const refs: WeakRef<object>[] = [];
+      for (let i = 0; i < 50; i++) {
+        const value = { payload: new Uint8Array(1024) };
+        refs.push(new WeakRef(value));
+        await withTimeout(Promise.resolve(value), ms, 'late');
+      }
+      const failure = new Error('store down');
+      refs.push(new WeakRef(failure));
+      await withTimeout(Promise.reject(failure), ms, 'late').catch(() => undefined);
+      return refs;
+    };
+    const refs = await settle();
+    for (let i = 0; i < 3; i++) {
+      gc();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(refs.filter((ref) => ref.deref() !== undefined)).toHaveLength(0);
+    expect(await stuck).toBe('stuck');
+  });
 });
