@@ -12,9 +12,20 @@ export function storageKey(scope: string | undefined, key: string): string {
   return sha256(JSON.stringify([scope ?? null, key]));
 }
 
-/** The store's view of a scope (ClaimContext.partition): a hash, never the scope's text. */
+/** The last scope given to {@link scopePartition} and its partition (none yet: `lastPartition` empty). */
+let lastScope: string | undefined;
+let lastPartition = '';
+
+/**
+ * The store's view of a scope (ClaimContext.partition): a hash, never the scope's text.
+ * The last one is kept: a shared scope, or one principal's requests in a row, hash once.
+ */
 export function scopePartition(scope: string | undefined): string {
-  return sha256(JSON.stringify(['partition', scope ?? null]));
+  if (scope === lastScope && lastPartition !== '') return lastPartition;
+  const partition = sha256(JSON.stringify(['partition', scope ?? null]));
+  lastScope = scope;
+  lastPartition = partition;
+  return partition;
 }
 
 export type KeyParseResult = { key: string } | { key: undefined; error: IdempotencyKeyError | undefined };

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { IdempotencyKeyError } from '../../src/errors.js';
-import { checkKey, parseIdempotencyKey } from '../../src/key.js';
+import { sha256 } from '../../src/fingerprint.js';
+import { checkKey, parseIdempotencyKey, scopePartition } from '../../src/key.js';
 
 const key = (value: string | string[] | undefined, max = 255) => parseIdempotencyKey(value, max);
 const reason = (value: string | string[] | undefined, max = 255) => {
@@ -110,5 +111,18 @@ describe('a key given as a value (checkKey: a GraphQL argument)', () => {
     expect(checkKey('a'.repeat(10), 10)).toEqual({ key: 'a'.repeat(10) });
     expect(reasonOf('a\tb')).toBe('non-printable');
     expect(reasonOf('caf\u00e9')).toBe('non-ascii');
+  });
+});
+
+describe('scope partition (what a store sees of a scope)', () => {
+  it('is the hash of the scope, the same for a scope however the calls alternate, and never the text', () => {
+    const expected = (scope: string | undefined) => sha256(JSON.stringify(['partition', scope ?? null]));
+    const scopes = ['user-1', 'user-1', 'user-2', 'user-1', undefined, undefined, 'null', '', 'user-2', ''];
+    for (const scope of scopes) {
+      const partition = scopePartition(scope);
+      expect(partition).toBe(expected(scope));
+      if (scope) expect(partition).not.toContain(scope);
+    }
+    expect(new Set(scopes.map(scopePartition)).size).toBe(5);
   });
 });
