@@ -10,7 +10,10 @@
 export function mediaType(contentType: string | readonly string[] | undefined): string {
   const value = Array.isArray(contentType) ? contentType[0] : contentType;
   if (typeof value !== 'string') return '';
-  return value.split(';', 1)[0]!.trim().toLowerCase();
+  // The header as most clients send it: nothing to cut, trim or lower.
+  if (value === 'application/json') return value;
+  const semicolon = value.indexOf(';');
+  return (semicolon === -1 ? value : value.slice(0, semicolon)).trim().toLowerCase();
 }
 
 /** Whether a content type is JSON (`application/json` or `…+json`); of a repeated header, the first. */
