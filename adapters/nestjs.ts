@@ -47,10 +47,10 @@ import {
   type Type,
 } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
-import { Observable, defer, from, lastValueFrom, mergeMap, throwError, catchError, tap, of } from 'rxjs';
+import { Observable, defer, lastValueFrom, type Subscriber, type Subscription } from 'rxjs';
 import type { IdempotencyError } from '../src/errors.js';
 import type { RawBody } from '../src/fingerprint.js';
-import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type HttpDecision, type IdempotencyOptions } from '../src/http.js';
 import type { HttpResponse } from '../src/problem.js';
 import type { IdempotencyStore } from '../src/store.js';
 import { declareReprototyped, ObjectSlot } from '../src/object-slot.js';
@@ -382,61 +382,102 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     }
     const rawReq = (req.raw ?? req) as unknown as IncomingMessage;
     const rawRes = (res.raw ?? res) as unknown as ServerResponse;
-    return from(this.#begin(layer, req, rawReq)).pipe(
-      mergeMap((decision) => {
-        if (decision.type === 'pass') return next.handle();
-        if (decision.type === 'respond') {
-          if (decision.error === undefined) {
-            // A replay: written here, as stored; Nest's own reply after it does nothing.
-            if (res.raw) {
-              const { status, headers, body } = decision.response;
-              (res as unknown as { code(n: number): { headers(h: object): { send(b: Buffer): void } } })
-                .code(status)
-                .headers(headers)
-                .send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
-            } else sendResponse(rawRes, decision.response);
-            answered(res);
-            return of(undefined);
+    const begun = this.#begin(layer, req, rawReq);
+    // One Observable over the decision, not from() + mergeMap() + tap() + catchError(): the
+    // same stream, with one subscriber of ours per request instead of four operators'.
+    return new Observable<unknown>((subscriber) => {
+      let inner: Subscription | undefined;
+      let closed = false;
+      begun.then(
+        (decision) => {
+          if (closed) {
+            // Given up before the decision came (an outer interceptor's deadline, while this
+            // request waited on its key): the handler will not run, so a claim it won is
+            // released at once, and the next retry runs instead of waiting on it.
+            if (decision.type === 'execute') void decision.claim.fail();
+            return;
           }
-          const rejection = new IdempotencyRejection(decision.response, decision.error);
-          setRejectionHeaders(res, rejection.headers, rejection.getResponse());
-          return throwError(() => rejection);
+          try {
+            inner = this.#follow(decision, next, res, rawRes, controller, handler, subscriber);
+          } catch (error) {
+            subscriber.error(error);
+          }
+        },
+        (error: unknown) => subscriber.error(error),
+      );
+      return () => {
+        closed = true;
+        inner?.unsubscribe();
+      };
+    });
+  }
+
+  /** What a request's decision makes of the handler's stream (see `intercept`). */
+  #follow(
+    decision: HttpDecision<unknown>,
+    next: CallHandler,
+    res: PlatformResponse,
+    rawRes: ServerResponse,
+    controller: Function,
+    handler: Function,
+    subscriber: Subscriber<unknown>,
+  ): Subscription | undefined {
+    if (decision.type === 'pass') return next.handle().subscribe(subscriber);
+    if (decision.type === 'respond') {
+      if (decision.error === undefined) {
+        // A replay: written here, as stored; Nest's own reply after it does nothing.
+        if (res.raw) {
+          const { status, headers, body } = decision.response;
+          (res as unknown as { code(n: number): { headers(h: object): { send(b: Buffer): void } } })
+            .code(status)
+            .headers(headers)
+            .send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+        } else sendResponse(rawRes, decision.response);
+        answered(res);
+        subscriber.next(undefined);
+        subscriber.complete();
+        return undefined;
+      }
+      const rejection = new IdempotencyRejection(decision.response, decision.error);
+      setRejectionHeaders(res, rejection.headers, rejection.getResponse());
+      subscriber.error(rejection);
+      return undefined;
+    }
+    const { claim } = decision;
+    // Set when the answer is not to be stored (another error than an HttpException, a
+    // StreamableFile): the response is still held until the key is released, so a
+    // client that saw it never finds the key still processing.
+    let released: { error?: unknown } | undefined;
+    const guarded: HttpClaim = {
+      maxResponseBytes: claim.maxResponseBytes,
+      finish: (response) => (released ? claim.fail(released.error) : claim.finish(response)),
+      fail: (error) => claim.fail(error),
+      abandon: () => claim.abandon(),
+    };
+    const capture = captureExpressResponse(rawRes, guarded);
+    const release = (error?: unknown) => {
+      if (!capture.ended) released ??= { error };
+    };
+    rawRes.on('close', () => {
+      if (!capture.ended) claim.abandon();
+    });
+    return next.handle().subscribe({
+      next: (value) => {
+        if (value instanceof StreamableFile) {
+          // Sent in its own way: not stored, released (a retry runs again).
+          this.#warnOnce('StreamableFile', `${controller.name}.${handler.name}`);
+          release();
         }
-        const { claim } = decision;
-        // Set when the answer is not to be stored (another error than an HttpException, a
-        // StreamableFile): the response is still held until the key is released, so a
-        // client that saw it never finds the key still processing.
-        let released: { error?: unknown } | undefined;
-        const guarded: HttpClaim = {
-          maxResponseBytes: claim.maxResponseBytes,
-          finish: (response) => (released ? claim.fail(released.error) : claim.finish(response)),
-          fail: (error) => claim.fail(error),
-          abandon: () => claim.abandon(),
-        };
-        const capture = captureExpressResponse(rawRes, guarded);
-        const release = (error?: unknown) => {
-          if (!capture.ended) released ??= { error };
-        };
-        rawRes.on('close', () => {
-          if (!capture.ended) claim.abandon();
-        });
-        return next.handle().pipe(
-          tap((value) => {
-            if (value instanceof StreamableFile) {
-              // Sent in its own way: not stored, released (a retry runs again).
-              this.#warnOnce('StreamableFile', `${controller.name}.${handler.name}`);
-              release();
-            }
-          }),
-          catchError((error: unknown) => {
-            // An HttpException is an answer like any other: the filter writes it, and it
-            // is stored by its status. Anything else releases the key.
-            if (!(error instanceof HttpException)) release(error);
-            return throwError(() => error);
-          }),
-        );
-      }),
-    );
+        subscriber.next(value);
+      },
+      error: (error: unknown) => {
+        // An HttpException is an answer like any other: the filter writes it, and it is
+        // stored by its status. Anything else releases the key.
+        if (!(error instanceof HttpException)) release(error);
+        subscriber.error(error);
+      },
+      complete: () => subscriber.complete(),
+    });
   }
 
   /** A GraphQL resolver (adapters/internal/nest-graphql.ts): protected mutations run once per key. */

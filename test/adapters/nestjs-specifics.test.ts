@@ -30,17 +30,20 @@ import {
   Sse,
   StreamableFile,
   UseGuards,
+  type CallHandler,
+  type ExecutionContext,
+  type NestInterceptor,
   type INestApplication,
   type Type,
 } from '@nestjs/common';
-import { APP_FILTER } from '@nestjs/core';
+import { APP_FILTER, APP_INTERCEPTOR } from '@nestjs/core';
 import { JwtService } from '@nestjs/jwt';
 import { AuthGuard, PassportModule, PassportStrategy } from '@nestjs/passport';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
 import { ExtractJwt, Strategy } from 'passport-jwt';
-import { interval, map, of, take, delay } from 'rxjs';
+import { interval, map, of, take, delay, timeout, type Observable } from 'rxjs';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
@@ -100,6 +103,36 @@ class OpenController {
     return { ok: true };
   }
 }
+
+/** The handler fails after 300 ms (a 500: the key is released). */
+@Controller('slow')
+@Idempotent()
+class SlowController {
+  constructor(@Inject(COUNTER) private readonly counter: Counter) {}
+
+  @Post('fail')
+  async fail(): Promise<never> {
+    this.counter.n++;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    throw new Error('the payment provider is down');
+  }
+}
+
+/**
+ * A request deadline as the NestJS docs write one, app-wide, here for the requests that ask
+ * for one (`x-deadline-ms`): when it passes, it unsubscribes what it wraps.
+ */
+@Injectable()
+class DeadlineInterceptor implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const ms = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-deadline-ms'];
+    return ms === undefined ? next.handle() : next.handle().pipe(timeout(Number(ms)));
+  }
+}
+
+/** The deadline, app-wide from a module imported before the idempotency module: it wraps ours. */
+@Module({ providers: [{ provide: APP_INTERCEPTOR, useClass: DeadlineInterceptor }] })
+class DeadlineModule {}
 
 @Controller('ways')
 @Idempotent({ wait: 0 })
@@ -217,11 +250,11 @@ async function start(
   platform: Platform,
   idempotency: ReturnType<typeof IdempotencyModule.forRoot>,
   controllers: Type<unknown>[],
-  extra: { providers?: unknown[] } = {},
+  extra: { providers?: unknown[]; before?: Type<unknown>[] } = {},
 ): Promise<Started> {
   const counter = new Counter();
   @Module({
-    imports: [idempotency, PassportModule],
+    imports: [...(extra.before ?? []), idempotency, PassportModule],
     controllers,
     providers: [JwtStrategy, { provide: COUNTER, useValue: counter }, ...((extra.providers ?? []) as never[])],
   })
@@ -249,6 +282,29 @@ const redis = await serviceAvailable('Redis', REDIS_URL);
 
 for (const platform of ['express', 'fastify'] as Platform[]) {
   describe(`nest (${platform} platform)`, () => {
+    it('a request given up by an outer interceptor (a deadline) while it waited on its key releases the key it then wins: the next retry runs at once', async () => {
+      const app = await start(platform, IdempotencyModule.forRoot({ store: memoryStore(), scope: 'shared' }), [SlowController], {
+        before: [DeadlineModule],
+      });
+      const k = key();
+      // The first runs 300 ms and fails (its key released); the second waits on it, and its
+      // deadline gives it up at 100 ms, before the key comes free and it wins the claim.
+      const first = app.send({ path: '/slow/fail', key: k, body: {} });
+      await new Promise((resolve) => setTimeout(resolve, 30));
+      const second = await app.send({ path: '/slow/fail', key: k, body: {}, headers: { 'x-deadline-ms': '100' } });
+      expect(second.status).toBe(500);
+      expect((await first).status).toBe(500);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(app.counter.n).toBe(1);
+      // The given-up request's claim was released, not left processing: a retry runs.
+      const started = Date.now();
+      const third = await app.send({ path: '/slow/fail', key: k, body: {} });
+      expect(third.status).toBe(500);
+      expect(third.headers['idempotent-replayed']).toBeUndefined();
+      expect(app.counter.n).toBe(2);
+      expect(Date.now() - started).toBeLessThan(1_500);
+    });
+
     it('H15: a Passport JWT guard is the key space: two users with one key never share a response, the same user gets the replay', async () => {
       const app = await start(platform, IdempotencyModule.forRoot({ store: memoryStore() }), [SecureController]);
       const k = key();
