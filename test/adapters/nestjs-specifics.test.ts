@@ -290,7 +290,9 @@ for (const platform of ['express', 'fastify'] as Platform[]) {
       // The first runs 300 ms and fails (its key released); the second waits on it, and its
       // deadline gives it up at 100 ms, before the key comes free and it wins the claim.
       const first = app.send({ path: '/slow/fail', key: k, body: {} });
-      await new Promise((resolve) => setTimeout(resolve, 30));
+      // The second goes once the first holds the key (its handler started), however slow
+      // the machine: never before it.
+      await vi.waitFor(() => expect(app.counter.n).toBe(1), { timeout: 10_000, interval: 5 });
       const second = await app.send({ path: '/slow/fail', key: k, body: {}, headers: { 'x-deadline-ms': '100' } });
       expect(second.status).toBe(500);
       expect((await first).status).toBe(500);
