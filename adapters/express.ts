@@ -18,6 +18,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
 import type { RawBody } from '../src/fingerprint.js';
 import { declareReprototyped } from '../src/object-slot.js';
+import { forgetRequestTransaction } from '../src/transaction.js';
 import {
   abandonOnClose,
   assertDeclaredLength,
@@ -52,6 +53,11 @@ const expressDefaults: AdapterDefaults<Request> = {
   principalSource: 'req.auth.sub, req.user.id and req.user.sub',
   scopeExample: '(req) => req.user.id',
 };
+
+/** A `close` listener shared by every passed response: forget its request. */
+function forgetOnClose(this: Response): void {
+  forgetRequestTransaction(this.req);
+}
 
 /**
  * Protect the routes after it (`app.use(idempotency(options))`) or one route
@@ -111,6 +117,9 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
       return;
     }
     if (decision.type === 'pass') {
+      // `inTransaction(req)` runs a plain transaction until the response is done; after
+      // that the request is forgotten (kept beside it, it would outlive young collections).
+      res.on('close', forgetOnClose);
       next();
       return;
     }

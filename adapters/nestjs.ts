@@ -54,6 +54,7 @@ import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type H
 import type { HttpResponse } from '../src/problem.js';
 import type { IdempotencyStore } from '../src/store.js';
 import { declareReprototyped, ObjectSlot } from '../src/object-slot.js';
+import { forgetRequestTransaction } from '../src/transaction.js';
 import { setRejectionHeaders } from './internal/nest-http.js';
 import { transactionDecorator } from './internal/nest-transaction.js';
 import {
@@ -408,6 +409,11 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
       return () => {
         closed = true;
         inner?.unsubscribe();
+        // The handler's stream is over: neither mark is needed again. On the Express
+        // platform both sit beside the request, where they would keep it and all it holds
+        // alive through every young-generation collection until the next full one.
+        handledRequests.delete(req);
+        forgetRequestTransaction(req);
       };
     });
   }

@@ -12,7 +12,7 @@ import type { Lease } from './lease.js';
 import { splitTtl, type EngineOptions } from './options.js';
 import { problemResponse, type FormatError, type HttpResponse } from './problem.js';
 import type { StoredResponse } from './store.js';
-import { isTransactionalStore, noteTransactionProblem, registerRequestTransaction, type RequestTransaction } from './transaction.js';
+import { forgetRequestTransaction, isTransactionalStore, noteTransactionProblem, registerRequestTransaction, type RequestTransaction } from './transaction.js';
 import { assertFunction, assertInteger, assertStringArray } from './validate.js';
 
 export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, 'ttl'> {
@@ -514,6 +514,8 @@ class LeaseClaim<Req> implements HttpClaim, RequestTransaction {
   }
 
   async finish(response: CapturedResponse): Promise<void> {
+    // The response is out of the handler's hands: the request is no longer kept for `inTransaction`.
+    forgetRequestTransaction(this.raw);
     if (this.#settledByTransaction) return;
     const { lease, context } = this;
     let operation: 'complete' | 'release' = 'complete';
@@ -529,6 +531,7 @@ class LeaseClaim<Req> implements HttpClaim, RequestTransaction {
   }
 
   async fail(): Promise<void> {
+    forgetRequestTransaction(this.raw);
     if (this.#settledByTransaction) return;
     try {
       await this.lease.release();

@@ -85,6 +85,17 @@ export function registerRequestTransaction(raw: unknown, run: RequestTransaction
   if (typeof raw === 'object' && raw !== null) requestTransactions.set(raw, run);
 }
 
+/**
+ * Called once the request's response is settled (stored, released, or passed and sent):
+ * `inTransaction(req)` no longer applies. Where the request could not take a property
+ * (Express's re-prototyped requests), this also ends the side table's entry, which would
+ * otherwise keep the request and all it holds alive through every young-generation
+ * collection until the next full one.
+ */
+export function forgetRequestTransaction(raw: unknown): void {
+  if (typeof raw === 'object' && raw !== null) requestTransactions.delete(raw);
+}
+
 // The layer's own answer to an error its transaction threw (its `formatError`, its key
 // header), kept for adapters that answer such errors themselves (NestJS).
 const transactionProblems = new WeakMap<object, HttpResponse>();
@@ -152,7 +163,8 @@ export async function inTransaction<C = TransactionClient>(
   if (!run) {
     throw new TypeError(
       'inTransaction(req) found no idempotency middleware for this request: pass the request object your handler got ' +
-        '(Express / Node `req`, Fastify `request`, Koa `ctx`) on a route the middleware covers (POST, PATCH by default)',
+        '(Express / Node `req`, Fastify `request`, Koa `ctx`) on a route the middleware covers (POST, PATCH by default), ' +
+        'before the response is sent',
     );
   }
   return run.transaction(async (client) => toHttpResponse(await work(client as C)));

@@ -66,13 +66,15 @@ export function transactionDecorator(reject: (response: HttpResponse, error: Ide
     return async (work) => {
       if (typeof work !== 'function') throw new TypeError(`Expected the transaction's work to be a function, got ${typeof work}`);
       if (!req || !res) throw new TypeError('@IdempotentTransaction() runs in HTTP handlers only');
+      // Before the layer's own check: once the transaction's response is sent, the layer
+      // no longer knows the request.
+      if (used) throw new TypeError('@IdempotentTransaction(): the transaction can run once per request');
       if (!hasRequestTransaction(req)) {
         throw new TypeError(
           '@IdempotentTransaction() found no idempotency layer on this request: mark the handler or its controller @Idempotent() ' +
             '(the layer covers POST and PATCH by default) and import IdempotencyModule in the root module',
         );
       }
-      if (used) throw new TypeError('@IdempotentTransaction(): the transaction can run once per request');
       used = true;
       let response: HttpResponse;
       try {

@@ -49,6 +49,7 @@ import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
 import type { IdempotencyEvent } from '../../src/events.js';
 import type { IdempotencyStore } from '../../src/store.js';
+import { hasRequestTransaction } from '../../src/transaction.js';
 import {
   IDEMPOTENCY_STORE,
   Idempotent,
@@ -115,6 +116,33 @@ class SlowController {
     this.counter.n++;
     await new Promise((resolve) => setTimeout(resolve, 300));
     throw new Error('the payment provider is down');
+  }
+}
+
+/** Requests as the handlers got them, and whether `inTransaction` applied to them then. */
+const heldRequests: { req: object; during: boolean }[] = [];
+
+/** Handlers that keep their request, to see what the layer keeps of it once answered. */
+@Controller('kept')
+@Idempotent()
+class KeptController {
+  @Post('ok')
+  ok(@Req() req: object) {
+    heldRequests.push({ req, during: hasRequestTransaction(req) });
+    return { ok: true };
+  }
+
+  @Post('fails')
+  fails(@Req() req: object) {
+    heldRequests.push({ req, during: hasRequestTransaction(req) });
+    throw new Error('boom');
+  }
+
+  @Post('optional')
+  @Idempotent({ required: false })
+  optional(@Req() req: object) {
+    heldRequests.push({ req, during: hasRequestTransaction(req) });
+    return { ok: true };
   }
 }
 
@@ -305,6 +333,21 @@ for (const platform of ['express', 'fastify'] as Platform[]) {
       expect(third.headers['idempotent-replayed']).toBeUndefined();
       expect(app.counter.n).toBe(2);
       expect(Date.now() - started).toBeLessThan(1_500);
+    });
+
+    it('a request is let go once its response is done (stored, released, passed without a key, replayed): inTransaction no longer holds it', async () => {
+      const app = await start(platform, IdempotencyModule.forRoot({ store: memoryStore(), scope: 'shared' }), [KeptController]);
+      heldRequests.length = 0;
+      const k = key();
+      expect((await app.send({ path: '/kept/ok', key: k, body: { a: 1 } })).status).toBe(201);
+      expect((await app.send({ path: '/kept/fails', key: key(), body: { a: 1 } })).status).toBe(500);
+      expect((await app.send({ path: '/kept/optional', body: { a: 1 } })).status).toBe(201);
+      expect((await app.send({ path: '/kept/ok', key: k, body: { a: 1 } })).headers['idempotent-replayed']).toBe('true');
+      expect(heldRequests.map((held) => held.during)).toEqual([true, true, true]);
+      await vi.waitFor(() => expect(heldRequests.map((held) => hasRequestTransaction(held.req))).toEqual([false, false, false]), {
+        timeout: 5_000,
+        interval: 5,
+      });
     });
 
     it('H15: a Passport JWT guard is the key space: two users with one key never share a response, the same user gets the replay', async () => {

@@ -10,9 +10,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type express5 from 'express';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { idempotency } from '../../adapters/express.js';
+import { hasRequestTransaction, inTransaction } from '../../src/transaction.js';
 import { Calls, readAll } from '../adapters/apps.js';
 import { expectProblem, send, sendAndAbortWhen } from '../adapters/client.js';
 
@@ -494,6 +495,41 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
       const after = await send(url, { path: '/api/slow', key: s });
       expect([after.status, after.json(), after.headers['idempotent-replayed']]).toEqual([201, { n: 1 }, 'true']);
       expect(calls.count('slow')).toBe(1);
+    });
+
+    it('a request is let go once its response is done (stored, released, or passed without a key): inTransaction(req) no longer holds it', async () => {
+      // Express's requests cannot take a property of ours cheaply, so what inTransaction(req)
+      // needs sits in a side table: an entry left there would keep the request, and all it
+      // holds, alive through every young-generation collection until the next full one.
+      const seen: express5.Request[] = [];
+      const during: boolean[] = [];
+      const app = express();
+      app.use(express.json());
+      app.use(idempotency({ store: memoryStore(), scope: 'shared', required: false }));
+      app.post(
+        '/orders',
+        route((req, res) => {
+          seen.push(req);
+          during.push(hasRequestTransaction(req));
+          res.status(201).json({ ok: true });
+        }),
+      );
+      app.post(
+        '/fails',
+        route((req) => {
+          seen.push(req);
+          during.push(hasRequestTransaction(req));
+          throw new Error('boom');
+        }),
+      );
+      const url = await listen(app);
+      expect((await send(url, { path: '/orders', key: key(), body: { a: 1 } })).status).toBe(201);
+      expect((await send(url, { path: '/fails', key: key(), body: { a: 1 } })).status).toBe(500);
+      expect((await send(url, { path: '/orders', body: { a: 1 } })).status).toBe(201);
+      expect(during).toEqual([true, true, true]);
+      await vi.waitFor(() => expect(seen.map((req) => hasRequestTransaction(req))).toEqual([false, false, false]), { timeout: 5_000, interval: 5 });
+      // Called after its response, inTransaction says why it does not apply.
+      await expect(inTransaction(seen[0]!, async () => ({ status: 200 }))).rejects.toThrow(/before the response is sent/);
     });
 
     it('bad options are a TypeError when the middleware is created', () => {
