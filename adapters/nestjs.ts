@@ -58,6 +58,7 @@ import { forgetRequestTransaction } from '../src/transaction.js';
 import { setRejectionHeaders } from './internal/nest-http.js';
 import { transactionDecorator } from './internal/nest-transaction.js';
 import {
+  abandonOnClose,
   assertDeclaredLength,
   bodyConsumed,
   captureExpressResponse,
@@ -464,9 +465,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     const release = (error?: unknown) => {
       if (!capture.ended) released ??= { error };
     };
-    rawRes.on('close', () => {
-      if (!capture.ended) claim.abandon();
-    });
+    // The client left before the response ended: the claim now lives on its lease only.
+    abandonOnClose(rawRes, claim, () => capture.ended);
     return next.handle().subscribe({
       next: (value) => {
         if (value instanceof StreamableFile) {
