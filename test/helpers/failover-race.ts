@@ -1,10 +1,12 @@
 /**
  * Failover under load, for any replicated Redis topology: 4 worker processes
- * (test/stores/failover-worker.ts) contend on the same keys, a primary is SIGKILLed one
- * second in, its replica takes over, the dead node is restarted (as an orchestrator would)
- * and the race goes on for a second once all is healthy. Counts double executions, errors,
- * stuck keys and the time until claims succeed again. The tests that run it are
- * test/suites/redis-failover.suite.ts.
+ * (test/stores/failover-worker.ts) contend on the same keys; once the race has settled
+ * `minKeys` keys (and at least a second has passed) a primary is SIGKILLed, its replica
+ * takes over, the dead node is restarted (as an orchestrator would) and the race goes on
+ * until it has settled `minKeys` more keys once all is healthy. Waiting on progress rather
+ * than on the clock keeps the round meaningful on a starved machine, where a second may
+ * settle almost nothing. Counts double executions, errors, stuck keys and the time until
+ * claims succeed again. The tests that run it are test/suites/redis-failover.suite.ts.
  */
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
@@ -37,6 +39,12 @@ export interface FailoverFigures {
   round: number;
   /** Keys settled during the round. */
   keys: number;
+  /** Keys settled before the kill, and from the all-healthy point on (as the workers counted). */
+  keysBeforeKill: number;
+  keysOnceHealthy: number;
+  /** How long the race ran before the kill, and once all was healthy again. */
+  msBeforeKill: number;
+  msOnceHealthy: number;
   /** Keys whose handler ran more than once. */
   doubleExecutions: number;
   /** Of those, runs that started while the previous owner's lease still held: a lost write. */
@@ -48,11 +56,18 @@ export interface FailoverFigures {
   /** Keys no worker could settle within two leases. */
   stuckKeys: number;
   promotedAfterMs: number;
-  /** From the kill to the last failed call: after that, every claim succeeded. */
+  /**
+   * From the kill to the last call that failed before all was healthy again: after that,
+   * every call succeeded until then.
+   */
   claimsSucceedAgainAfterMs: number;
+  /** Calls that failed once all was healthy again (a call bound run out on a starved machine). */
+  errorsOnceHealthy: number;
   /** Claim-to-completed time of executions that met no error. */
   p50Ms: number;
   p99Ms: number;
+  /** The most frequent store errors, with their counts. */
+  topErrors: string[];
 }
 
 export async function waitUntil(check: () => Promise<boolean>, timeoutMs: number): Promise<void> {
@@ -69,6 +84,33 @@ const percentile = (values: number[], p: number) => {
 };
 
 type Worker = ReturnType<typeof startWorker<WorkerReport>>;
+
+/** Keys the race has settled so far: every worker walks the same keys, so the furthest one's count. */
+function settledSoFar(workers: Worker[]): number {
+  let most = 0;
+  for (const w of workers) {
+    const out = w.stdout();
+    const at = out.lastIndexOf('settled ');
+    if (at >= 0) most = Math.max(most, Number.parseInt(out.slice(at + 8), 10) || 0);
+  }
+  return most;
+}
+
+/**
+ * Let the race run for at least `minMs` and until it has settled `keys` more keys, or
+ * `maxMs` at most (the round's figures then show the shortfall). Returns the keys settled
+ * and the time it ran.
+ */
+async function runUntilSettled(workers: Worker[], keys: number, minMs: number, maxMs: number): Promise<{ keys: number; ms: number }> {
+  const start = Date.now();
+  const from = settledSoFar(workers);
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 50));
+    const ms = Date.now() - start;
+    const settled = settledSoFar(workers) - from;
+    if ((ms >= minMs && settled >= keys) || ms >= maxMs) return { keys: settled, ms };
+  }
+}
 
 /**
  * `each` of the workers, within `ms`. Past it, each live worker is asked to say what its
@@ -93,7 +135,13 @@ async function allWithin<T>(workers: Worker[], round: string, stage: string, ms:
   }
 }
 
-export async function failoverRound(topology: FailoverTopology, round: number, waitForReplicas?: WaitForReplicas): Promise<FailoverFigures> {
+export interface FailoverRoundOptions {
+  /** Keys the race settles before the kill, and again once all is healthy. */
+  minKeys: number;
+  waitForReplicas?: WaitForReplicas;
+}
+
+export async function failoverRound(topology: FailoverTopology, round: number, { minKeys, waitForReplicas }: FailoverRoundOptions): Promise<FailoverFigures> {
   const runId = `failover-${randomUUID()}`;
   // A lease well above the outage, so that an owner whose completion waits for the new
   // primary still holds its key: a second run then means a lost write, not a takeover.
@@ -104,7 +152,7 @@ export async function failoverRound(topology: FailoverTopology, round: number, w
     // Every wait on the workers is bounded (see allWithin).
     await allWithin(workers, `failover round ${round}`, 'ready', 40_000, (w) => w.ready);
     for (const w of workers) w.send('go');
-    await new Promise((r) => setTimeout(r, 1000));
+    const beforeKill = await runUntilSettled(workers, minKeys, 1000, 20_000);
     const victim = await topology.victim(round);
     const killedAt = Date.now();
     topology.kill(victim);
@@ -112,7 +160,8 @@ export async function failoverRound(topology: FailoverTopology, round: number, w
     const promotedAfterMs = Date.now() - killedAt;
     await topology.restart(victim);
     await topology.waitHealthy(30_000);
-    await new Promise((r) => setTimeout(r, 1000));
+    const healthyAt = Date.now();
+    const onceHealthy = await runUntilSettled(workers, minKeys, 1000, 20_000);
     for (const w of workers) w.send('stop');
     // A lane finishes the key it holds: at most two leases and a little more.
     const reports = await allWithin(workers, `failover round ${round}`, 'stop', 2 * leaseMs + 15_000, (w) => w.exited);
@@ -129,20 +178,31 @@ export async function failoverRound(topology: FailoverTopology, round: number, w
       }
     }
     const errors = reports.flatMap((r) => r.errors);
+    const byMessage = new Map<string, number>();
+    for (const e of errors) {
+      const what = `${e.operation}: ${e.message}`;
+      byMessage.set(what, (byMessage.get(what) ?? 0) + 1);
+    }
     const latencies = reports.flatMap((r) => r.latencies);
     return {
       mode: waitForReplicas ? `WAIT ${waitForReplicas.replicas}/${waitForReplicas.timeoutMs}ms` : 'async replication',
       round,
       keys: runs.size,
+      keysBeforeKill: beforeKill.keys,
+      keysOnceHealthy: onceHealthy.keys,
+      msBeforeKill: beforeKill.ms,
+      msOnceHealthy: onceHealthy.ms,
       doubleExecutions: [...runs.values()].filter((starts) => starts.length > 1).length,
       withinLease,
       afterLease,
       errors: errors.length,
       stuckKeys: reports.reduce((n, r) => n + r.stuck, 0),
       promotedAfterMs,
-      claimsSucceedAgainAfterMs: Math.max(killedAt, ...errors.map((e) => e.at)) - killedAt,
+      claimsSucceedAgainAfterMs: Math.max(killedAt, ...errors.filter((e) => e.at < healthyAt).map((e) => e.at)) - killedAt,
+      errorsOnceHealthy: errors.filter((e) => e.at >= healthyAt).length,
       p50Ms: percentile(latencies, 50),
       p99Ms: percentile(latencies, 99),
+      topErrors: [...byMessage].sort((a, b) => b[1] - a[1]).slice(0, 3).map(([what, n]) => `${n}× ${what}`),
     };
   } finally {
     for (const w of workers) w.child.kill();

@@ -30,6 +30,8 @@ export function startWorker<T>(script: string, args: string[]) {
     ready,
     exited,
     send: (line: string) => child.stdin.write(`${line}\n`),
+    /** Everything the worker has written to stdout so far. */
+    stdout: () => stdout,
     /** What the worker has written so far, for a failure message. */
     output: () => `stderr: ${stderr.slice(-2000) || '(none)'}\nstdout: ${stdout.slice(-500) || '(none)'}`,
   };

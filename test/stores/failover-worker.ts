@@ -5,7 +5,9 @@
  * every process walks the same keys, so each key is contended by all of them. Per key it
  * behaves like a client with retries: claim; when it wins, "run the handler" (recorded)
  * and complete (retrying the completion while its lease lasts); when another owner holds
- * the key, poll; on a store error, retry. Prints one JSON line with what it saw.
+ * the key, poll; on a store error, retry. While it runs it prints "settled <n>" lines (the
+ * keys it is done with so far), so that the round can wait for progress instead of a
+ * fixed time; it ends with one JSON line with what it saw.
  */
 import { randomUUID } from 'node:crypto';
 import { redisStore, type WaitForReplicas } from '../../drivers/redis.js';
@@ -28,6 +30,8 @@ const errors: { at: number; operation: string; message: string }[] = [];
 /** Claim-to-completed time of each execution that met no error, in ms. */
 const latencies: number[] = [];
 let stuck = 0;
+/** Keys this process is done with: completed by it, or seen completed by another. */
+let settled = 0;
 let nextKey = 0;
 let stopping = false;
 /** What each lane is doing, for the "dump" command (a round that waited too long asks). */
@@ -57,7 +61,10 @@ async function settle(lane: number, key: number): Promise<void> {
       continue;
     }
     if (!result.claimed) {
-      if (result.record.state === 'completed') return;
+      if (result.record.state === 'completed') {
+        settled++;
+        return;
+      }
       await sleep(20);
       continue;
     }
@@ -79,6 +86,7 @@ async function settle(lane: number, key: number): Promise<void> {
       }
     }
     if (clean) latencies.push(performance.now() - started);
+    settled++;
     return;
   }
   stuck++;
@@ -111,7 +119,14 @@ await new Promise<void>((resolve) => {
     }
   });
 });
+let reported = 0;
+const progress = setInterval(() => {
+  if (settled === reported) return;
+  reported = settled;
+  process.stdout.write(`settled ${settled}\n`);
+}, 100);
 await Promise.all(Array.from({ length: config.lanes }, (_, n) => lane(n)));
+clearInterval(progress);
 await store.close();
 process.stdout.write(`${JSON.stringify({ pid: process.pid, executions, errors, latencies, stuck })}\n`);
 process.stdin.destroy();

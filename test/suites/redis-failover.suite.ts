@@ -3,7 +3,8 @@
  * processes race on the same keys while a primary is SIGKILLed and its replica promoted
  * (test/helpers/failover-race.ts plays the round). Two tests: async replication (claims
  * recover once the replica is promoted) and `waitForReplicas` (no double execution),
- * `rounds` failovers each, each round settling more than `minKeys` keys.
+ * `rounds` failovers each; each round lets the race settle `minKeys` keys before the kill and
+ * again once all is healthy.
  * Run by test/stores/redis-cluster.test.ts and redis-sentinel.test.ts.
  */
 import { afterAll, describe, expect, it } from 'vitest';
@@ -25,22 +26,22 @@ export function redisFailoverSuite(name: string, topology: () => FailoverTopolog
 
     it(`async replication: ${rounds} failover(s); claims work again once the replica is promoted`, async () => {
       for (let round = 0; round < rounds; round++) {
-        const result = await failoverRound(topology(), round);
+        const result = await failoverRound(topology(), round, { minKeys });
         figures.push(result);
-        expect(result.keys).toBeGreaterThan(minKeys);
+        expect(result.keys, JSON.stringify(result)).toBeGreaterThan(minKeys);
         // Claims recover after the promotion, not after the dead node comes back.
-        expect(result.claimsSucceedAgainAfterMs).toBeLessThan(result.promotedAfterMs + 5000);
+        expect(result.claimsSucceedAgainAfterMs, JSON.stringify(result)).toBeLessThan(result.promotedAfterMs + 5000);
       }
-    }, 150_000 * rounds);
+    }, 200_000 * rounds);
 
     it(`waitForReplicas { replicas: 1 }: ${rounds} failover(s) with no double execution`, async () => {
       for (let round = 0; round < rounds; round++) {
-        const result = await failoverRound(topology(), round, { replicas: 1, timeoutMs: 100 });
+        const result = await failoverRound(topology(), round, { minKeys, waitForReplicas: { replicas: 1, timeoutMs: 100 } });
         figures.push(result);
-        expect(result.keys).toBeGreaterThan(minKeys);
-        expect(result.doubleExecutions).toBe(0);
+        expect(result.keys, JSON.stringify(result)).toBeGreaterThan(minKeys);
+        expect(result.doubleExecutions, JSON.stringify(result)).toBe(0);
       }
-    }, 150_000 * rounds);
+    }, 200_000 * rounds);
 
     extra?.({ topology });
   });
