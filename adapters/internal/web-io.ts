@@ -542,11 +542,12 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     throw error;
   }
   const kept = keptParts(response);
+  const plain = kept && plainKeptHeaders(kept);
   let head: Head;
   try {
     // A server's Response may check header values only when they are read (@hono/node-server
     // does): a value refused here is the handler's error, and the claim is released.
-    head = { status: response.status, headers: (kept && plainKeptHeaders(kept)) ?? headersRecord(response.headers) };
+    head = { status: response.status, headers: plain ?? headersRecord(response.headers) };
   } catch (error) {
     await claim.fail(error);
     throw error;
@@ -561,11 +562,19 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
     if (typeof kept?.[1] === 'string' && known !== null && nonAsciiHeader(head.headers)) return new Response(known as ResponseBody, response);
     return response;
   }
-  if (response.body === null) {
+  // A stream the server keeps as given is read from itself: reading `response.body` would
+  // first build a full Response around it, and the headers of the one sent would be read
+  // from that.
+  const keptStream = kept !== undefined && isUnlockedStream(kept[1]) ? kept[1] : undefined;
+  const body = keptStream ?? response.body;
+  if (body === null) {
     await claim.finish({ ...head, body: EMPTY });
     return response;
   }
-  const reader = response.body.getReader();
+  // A kept response has no status text of its own (the server sends none), and asking for
+  // one would build the full Response; its headers go out as they were given.
+  const init = keptStream !== undefined ? { status: head.status, headers: plain ?? response.headers } : initOf(response);
+  const reader = body.getReader();
   const recording = new BodyRecorder(claim.maxResponseBytes);
   let ready;
   try {
@@ -576,12 +585,12 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
   }
   if (ready.done || (signal?.aborted && recording.overflow)) {
     if (!ready.done) reader.cancel().catch(() => undefined);
-    const body = recording.bytes();
-    await claim.finish({ ...head, body });
-    return new Response(body as ResponseBody, initOf(response));
+    const bytes = recording.bytes();
+    await claim.finish({ ...head, body: bytes });
+    return new Response(bytes as ResponseBody, init);
   }
   try {
-    return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), initOf(response));
+    return new Response(streamOn(reader, claim, head, recording, ready.sent, ready.pending), init);
   } catch (error) {
     // Not sent, so never read: the claim would otherwise be left to its lease timer.
     reader.cancel().catch(() => undefined);
@@ -598,6 +607,11 @@ export async function recordResponse(response: Response, claim: HttpClaim, signa
  */
 function initOf(response: Response): ResponseInit {
   return { status: response.status, statusText: response.statusText, headers: response.headers };
+}
+
+/** Whether `body` is a `ReadableStream` no one has started reading. */
+function isUnlockedStream(body: unknown): body is ReadableStream<Uint8Array> {
+  return typeof body === 'object' && body !== null && typeof (body as ReadableStream).getReader === 'function' && (body as ReadableStream).locked === false;
 }
 
 /** A platform's `waitUntil` (Cloudflare Workers, Vercel and Netlify edge functions): keep the invocation alive for a promise. */

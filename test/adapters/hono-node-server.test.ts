@@ -175,18 +175,53 @@ describe('recording a response on @hono/node-server', () => {
     expect(stored.map((s) => (s.body === null ? null : text(s.body)))).toEqual([null, null, 'ééééé']);
   });
 
-  it('H6: a stream body, a native Response and a lookalike take the standard path and record the same bytes', async () => {
+  it('H6: a stream body the server keeps is read from the stream itself; the response sent is a kept one with the same status and headers', async () => {
+    const { claim, stored } = recordingClaim();
+    const streamOf = (...parts: string[]) =>
+      new ReadableStream<Uint8Array>({
+        start(controller) {
+          for (const part of parts) controller.enqueue(new TextEncoder().encode(part));
+          controller.close();
+        },
+      });
+    const given = [
+      new Response(streamOf('{"a":', '1}'), { status: 201, headers: { 'Content-Type': 'application/json', 'X-Order': '7' } }),
+      new Response(streamOf('plain'), { status: 202 }),
+      new Response(streamOf('{"b":2}'), { status: 200, headers: new Headers([['content-type', 'application/json'], ['set-cookie', 'a=1'], ['set-cookie', 'b=2']]) }),
+    ];
+    const sent: Response[] = [];
+    for (const response of given) {
+      sent.push(await recordResponse(response, claim, undefined));
+      // Never turned into a full Response: the server would otherwise build one and a stream.
+      expect(keptAsGiven(response)).toBe(true);
+      expect(keptAsGiven(sent.at(-1)!)).toBe(true);
+    }
+    expect(stored.map((s) => [s.status, s.headers, text(s.body)])).toEqual([
+      [201, { 'content-type': 'application/json', 'x-order': '7' }, '{"a":1}'],
+      [202, { 'content-type': 'text/plain; charset=UTF-8' }, 'plain'],
+      [200, { 'content-type': 'application/json', 'set-cookie': ['a=1', 'b=2'] }, '{"b":2}'],
+    ]);
+    expect(sent.map((r) => r.status)).toEqual([201, 202, 200]);
+    expect(sent[0]!.headers.get('x-order')).toBe('7');
+    expect(sent[2]!.headers.getSetCookie()).toEqual(['a=1', 'b=2']);
+    expect(await Promise.all(sent.map((r) => r.text()))).toEqual(['{"a":1}', 'plain', '{"b":2}']);
+  });
+
+  it('H6: a stream already being read, a native Response and a lookalike take the standard path and record the same bytes', async () => {
     const { claim, stored } = recordingClaim();
     const stream = new ReadableStream<Uint8Array>({
       start(controller) {
-        controller.enqueue(new TextEncoder().encode('{"a":'));
-        controller.enqueue(new TextEncoder().encode('1}'));
+        controller.enqueue(new TextEncoder().encode('{"a":1}'));
         controller.close();
       },
     });
+    const locked = new Response(stream, { status: 201 });
+    // Locked by something that reads it through the full Response.
+    const lockedReader = (locked.body as ReadableStream<Uint8Array>).getReader();
+    lockedReader.releaseLock();
     const lookalike = new NativeResponse('{"a":1}', { status: 201 });
     (lookalike as unknown as Record<symbol, unknown>)[Symbol('cache')] = 'not what the server keeps';
-    for (const response of [new Response(stream, { status: 201 }), new NativeResponse('{"a":1}', { status: 201 }), lookalike]) {
+    for (const response of [locked, new NativeResponse('{"a":1}', { status: 201 }), lookalike]) {
       const sent = await recordResponse(response, claim, undefined);
       expect(sent).not.toBe(response);
       expect(await sent.text()).toBe('{"a":1}');
