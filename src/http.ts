@@ -211,9 +211,14 @@ const NOT_STORED = new Set([401, 403, 408, 425, 429]);
 
 export const defaultStoreResponse = (status: number): boolean => status < 500 && !NOT_STORED.has(status);
 
-const noopClaim = (maxResponseBytes: number): HttpClaim => ({
-  async finish() {},
-  async fail() {},
+/** The claim of a request run unprotected (the store failed, `onStoreError: 'continue'`): nothing to store; the request is let go once answered. */
+const unprotectedClaim = (raw: unknown, maxResponseBytes: number): HttpClaim => ({
+  async finish() {
+    forgetRequestTransaction(raw);
+  },
+  async fail() {
+    forgetRequestTransaction(raw);
+  },
   abandon() {},
   maxResponseBytes,
 });
@@ -393,7 +398,7 @@ export class Idempotency<Req = unknown> {
       if (!isIdempotencyError(error)) throw error;
       if (this.engine.runsUnprotected(error, key, scope)) {
         registerRequestTransaction(request.raw, this.#plainTransaction);
-        return { type: 'execute', claim: noopClaim(this.maxResponseBytes), body, request };
+        return { type: 'execute', claim: unprotectedClaim(request.raw, this.maxResponseBytes), body, request };
       }
       return this.#problem(error);
     }

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type express5 from 'express';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
 import { idempotency } from '../../adapters/express.js';
 import { hasRequestTransaction, inTransaction } from '../../src/transaction.js';
@@ -497,7 +498,7 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
       expect(calls.count('slow')).toBe(1);
     });
 
-    it('a request is let go once its response is done (stored, released, or passed without a key): inTransaction(req) no longer holds it', async () => {
+    it('a request is let go once its response is done (stored, released, passed without a key, or run unprotected while the store is down): inTransaction(req) no longer holds it', async () => {
       // Express's requests cannot take a property of ours cheaply, so what inTransaction(req)
       // needs sits in a side table: an entry left there would keep the request, and all it
       // holds, alive through every young-generation collection until the next full one.
@@ -530,6 +531,25 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
       await vi.waitFor(() => expect(seen.map((req) => hasRequestTransaction(req))).toEqual([false, false, false]), { timeout: 5_000, interval: 5 });
       // Called after its response, inTransaction says why it does not apply.
       await expect(inTransaction(seen[0]!, async () => ({ status: 200 }))).rejects.toThrow(/before the response is sent/);
+
+      // Run unprotected (the store is unreachable and onStoreError is 'continue'): let go too.
+      const unreachable = createStore('redis://127.0.0.1:1');
+      const unprotected = express();
+      unprotected.use(express.json());
+      unprotected.use(idempotency({ store: unreachable, scope: 'shared', onStoreError: 'continue', storeTimeoutMs: 500 }));
+      unprotected.post(
+        '/orders',
+        route((req, res) => {
+          seen.push(req);
+          during.push(hasRequestTransaction(req));
+          res.status(201).json({ ok: true });
+        }),
+      );
+      const unprotectedUrl = await listen(unprotected);
+      expect((await send(unprotectedUrl, { path: '/orders', key: key(), body: { a: 1 } })).status).toBe(201);
+      expect(during).toEqual([true, true, true, true]);
+      await vi.waitFor(() => expect(hasRequestTransaction(seen[3]!)).toBe(false), { timeout: 5_000, interval: 5 });
+      await unreachable.close();
     });
 
     it('bad options are a TypeError when the middleware is created', () => {
