@@ -504,17 +504,15 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
       // holds, alive through every young-generation collection until the next full one.
       const seen: express5.Request[] = [];
       const during: boolean[] = [];
+      const orders = route((req, res) => {
+        seen.push(req);
+        during.push(hasRequestTransaction(req));
+        res.status(201).json({ ok: true });
+      });
       const app = express();
       app.use(express.json());
       app.use(idempotency({ store: memoryStore(), scope: 'shared', required: false }));
-      app.post(
-        '/orders',
-        route((req, res) => {
-          seen.push(req);
-          during.push(hasRequestTransaction(req));
-          res.status(201).json({ ok: true });
-        }),
-      );
+      app.post('/orders', orders);
       app.post(
         '/fails',
         route((req) => {
@@ -537,14 +535,7 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
       const unprotected = express();
       unprotected.use(express.json());
       unprotected.use(idempotency({ store: unreachable, scope: 'shared', onStoreError: 'continue', storeTimeoutMs: 500 }));
-      unprotected.post(
-        '/orders',
-        route((req, res) => {
-          seen.push(req);
-          during.push(hasRequestTransaction(req));
-          res.status(201).json({ ok: true });
-        }),
-      );
+      unprotected.post('/orders', orders);
       const unprotectedUrl = await listen(unprotected);
       expect((await send(unprotectedUrl, { path: '/orders', key: key(), body: { a: 1 } })).status).toBe(201);
       expect(during).toEqual([true, true, true, true]);
