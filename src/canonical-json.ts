@@ -80,6 +80,33 @@ function canonicalObject(o: Record<string, unknown>): Record<string, unknown> {
   return copy;
 }
 
+/** Objects up to which a walk keeps in an array: a request body has a handful, and a scan of them is cheaper than a Set. */
+const FEW = 32;
+
+/**
+ * The objects a checked walk has entered, to find a repeat (a cycle or a shared
+ * reference). The first {@link FEW} are scanned in an array, which costs no hash (a Set
+ * gives every object it holds an identity hash); past them a Set takes over.
+ */
+class Visited {
+  #few: object[] = [];
+  #many: Set<object> | undefined;
+
+  /** Notes `value`; throws NOT_PLAIN when it was noted before. */
+  visit(value: object): void {
+    const many = this.#many;
+    if (many !== undefined) {
+      if (many.has(value)) throw NOT_PLAIN;
+      many.add(value);
+      return;
+    }
+    const few = this.#few;
+    for (let i = 0; i < few.length; i++) if (few[i] === value) throw NOT_PLAIN;
+    if (few.length < FEW) few.push(value);
+    else (this.#many = new Set(few)).add(value);
+  }
+}
+
 /**
  * What `JSON.stringify` turns into the canonical text: `value` where it is canonical
  * already, else a copy of the objects (and the arrays holding them) whose keys were out of
@@ -87,7 +114,7 @@ function canonicalObject(o: Record<string, unknown>): Record<string, unknown> {
  * from code) makes a repeated object (a cycle or a shared reference) one of those. Values
  * from JSON.parse are plain by construction, and are never shared: they pass no `seen`.
  */
-function canonicalCopy(value: unknown, seen: Set<object> | undefined): unknown {
+function canonicalCopy(value: unknown, seen: Visited | undefined): unknown {
   switch (typeof value) {
     case 'string':
     case 'boolean':
@@ -103,10 +130,7 @@ function canonicalCopy(value: unknown, seen: Set<object> | undefined): unknown {
       throw NOT_PLAIN;
   }
   if (value === null) return null;
-  if (seen) {
-    if (seen.has(value)) throw NOT_PLAIN;
-    seen.add(value);
-  }
+  if (seen) seen.visit(value);
   if (Array.isArray(value)) {
     let copy: unknown[] | undefined;
     // An own toJSON would make JSON.stringify write something else: its elements count.
@@ -214,7 +238,7 @@ function canonicalJsonIterative(value: unknown): string | undefined {
  */
 export function canonicalJsonOf(value: unknown, checked: boolean): string | undefined {
   try {
-    return JSON.stringify(canonicalCopy(value, checked ? new Set() : undefined));
+    return JSON.stringify(canonicalCopy(value, checked ? new Visited() : undefined));
   } catch (error) {
     if (error === NOT_PLAIN) return undefined;
     // Nested deeper than the native recursion goes: same text, by the explicit stack.

@@ -441,6 +441,21 @@ describe('fingerprint (H14)', () => {
     expect(canonicalJson({ list: withToJson })).toBe('{"list":[{"a":2,"b":1}]}');
   });
 
+  it('canonical JSON: a repeat is found however many objects come before it, and distinct objects are never taken for one', () => {
+    for (const count of [1, 30, 31, 32, 33, 100, 1_000]) {
+      const items = Array.from({ length: count }, (_, i) => ({ i }));
+      // Distinct objects, however many: plain data.
+      expect(canonicalJson({ items })).toBe(JSON.stringify({ items }));
+      // The first object again, the last one again, and a cycle at the end.
+      expect(canonicalJson({ items: [...items, items[0]] })).toBeUndefined();
+      expect(canonicalJson({ items: [...items, items[count - 1]] })).toBeUndefined();
+      const cyclic: Record<string, unknown> = { items: items.map((item) => ({ ...item })) };
+      (cyclic.items as Record<string, unknown>[])[count - 1]!.back = cyclic;
+      expect(canonicalJson(cyclic)).toBeUndefined();
+      expect(() => hashValue(cyclic)).not.toThrow();
+    }
+  });
+
   it('canonical JSON survives deep nesting without a stack overflow', () => {
     let deep: unknown = 1;
     for (let i = 0; i < 200_000; i++) deep = [deep];
