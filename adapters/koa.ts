@@ -18,7 +18,7 @@
  */
 import type { Context, Middleware, Next } from 'koa';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import type { RawBody } from '../src/fingerprint.js';
+import { isJsonType, ParsedJsonBody, type RawBody } from '../src/fingerprint.js';
 import { abandonOnClose, assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
 import { uploadBody, type UploadSource } from './internal/uploads.js';
 
@@ -130,11 +130,18 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
           assertDeclaredLength(req, layer.maxBodyBytes);
           // The parser's raw text when it kept it: the same bytes we would have read.
           const request = ctx.request as ParsedRequest;
-          const parsed = typeof request.rawBody === 'string' ? request.rawBody : request.body;
-          if (isMultipart(ctx.get('content-type'))) {
+          const text = request.rawBody;
+          const parsed = typeof text === 'string' ? text : request.body;
+          const contentType = req.headers['content-type'];
+          if (isMultipart(contentType)) {
             // @koa/multer also sets ctx.file / ctx.files; koa-body (formidable) ctx.request.files.
             const { file, files } = ctx as unknown as { file?: unknown; files?: unknown };
             return uploadBody(request.body, [request.file ?? file, request.files ?? files], parsed, uploadSource);
+          }
+          // JSON the parser parsed from that text: its value counts (checked to be plain
+          // JSON data), so the text is not parsed a second time.
+          if (typeof text === 'string' && text.length > 0 && request.body !== undefined && isJsonType(contentType)) {
+            return new ParsedJsonBody(request.body, text, true);
           }
           return parsed;
         }

@@ -46,7 +46,7 @@ function bodyPart(body: unknown, json: boolean): string | Uint8Array {
   if (typeof body === 'object' && isParsedJsonBody(body)) {
     if (body.bytes.length === 0) return '\u0000none';
     if (json) {
-      const canonical = canonicalJsonOf(body.value, false);
+      const canonical = canonicalJsonOf(body.value, body.checked);
       if (canonical !== undefined) return `\u0000json${canonical}`;
     }
     return body.bytes;

@@ -25,17 +25,24 @@ export function isJsonType(contentType: string | readonly string[] | undefined):
 const PARSED_JSON: unique symbol = Symbol.for('idempotency-kit.parsed-json-body') as never;
 
 /**
- * A JSON body an adapter has parsed already (to hand the value to the handler): the
- * fingerprint uses the value instead of parsing the same bytes again. Same text as the
- * bytes would give; bytes that JSON cannot represent exactly (a number beyond a double)
- * count by themselves, as they would.
+ * A JSON body parsed already (by the adapter, to hand the value to the handler, or by a
+ * body parser that kept the text it parsed): the fingerprint uses the value instead of
+ * parsing the same bytes again. Same text as the bytes would give; bytes that JSON cannot
+ * represent exactly (a number beyond a double) count by themselves, as they would.
  */
 export class ParsedJsonBody {
   /** Recognised by this brand, not `instanceof`: the CommonJS and ESM builds each have a copy of this class. */
   readonly [PARSED_JSON] = true;
+  /**
+   * @param value what `JSON.parse` made of the body
+   * @param bytes the body: its bytes, or the text a parser decoded them to
+   * @param checked the value comes from code other than ours (a framework's parser, and
+   *   whatever ran after it): it is checked to be plain JSON data, and counts by `bytes` if not
+   */
   constructor(
     readonly value: unknown,
-    readonly bytes: Uint8Array,
+    readonly bytes: Uint8Array | string,
+    readonly checked = false,
   ) {}
 }
 

@@ -53,6 +53,82 @@ describe('koa: after @koa/bodyparser (rawBody)', () => {
   });
 });
 
+describe('koa: a JSON body after @koa/bodyparser counts by the value the parser made', () => {
+  let server: http.Server;
+  let url: string;
+  const store = memoryStore();
+  beforeAll(async () => {
+    const app = new Koa();
+    app.use(bodyParser());
+    // Between the parser and the layer: the amount made an instance of a class, which is not JSON data.
+    class Money {
+      readonly #cents: number;
+      constructor(cents: number) {
+        this.#cents = cents;
+      }
+      get cents(): number {
+        return this.#cents;
+      }
+    }
+    app.use(async (ctx, next) => {
+      const body = (ctx.request as { body?: Record<string, unknown> }).body;
+      if (ctx.path === '/typed' && typeof body?.amount === 'number') body.amount = new Money(body.amount);
+      await next();
+    });
+    app.use(koaIdempotency({ store, scope: 'shared' }));
+    app.use((ctx) => {
+      ctx.status = 201;
+      ctx.body = { body: (ctx.request as { body?: unknown }).body ?? null };
+    });
+    server = http.createServer(app.callback());
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+    await store.close();
+  });
+
+  it('the text is parsed once (by the parser), and key order and spacing still do not matter', async () => {
+    const k = key();
+    const text = '{"b":2,"a":{"d":[1,2],"c":"x"}}';
+    const parse = JSON.parse;
+    let parses = 0;
+    JSON.parse = function countingParse(this: unknown, source: string, reviver?: (key: string, value: unknown) => unknown) {
+      if (source === text) parses++;
+      return parse.call(this, source, reviver) as unknown;
+    } as typeof JSON.parse;
+    let first;
+    try {
+      first = await send(url, { path: '/p', key: k, body: text, contentType: 'application/json' });
+    } finally {
+      JSON.parse = parse;
+    }
+    expect(first.status).toBe(201);
+    expect(parses).toBe(1);
+    const again = await send(url, { path: '/p', key: k, body: '{ "a": { "c": "x", "d": [1, 2] }, "b": 2 }', contentType: 'application/json' });
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body.equals(first.body)).toBe(true);
+    expectProblem(await send(url, { path: '/p', key: k, body: '{"b":2,"a":{"d":[2,1],"c":"x"}}', contentType: 'application/json' }), 422, 'key-reused');
+  });
+
+  it('a value that is no longer JSON data counts by the text: another amount is another request', async () => {
+    const k = key();
+    expect((await send(url, { path: '/typed', key: k, body: { amount: 100, currency: 'EUR' } })).status).toBe(201);
+    const again = await send(url, { path: '/typed', key: k, body: '{ "currency": "EUR", "amount": 100 }', contentType: 'application/json' });
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expectProblem(await send(url, { path: '/typed', key: k, body: { amount: 999, currency: 'EUR' } }), 422, 'key-reused');
+  });
+
+  it('a number beyond a double counts by its bytes, as it does without a parser', async () => {
+    const k = key();
+    expect((await send(url, { path: '/p', key: k, body: '{"n":1e400}', contentType: 'application/json' })).status).toBe(201);
+    expect((await send(url, { path: '/p', key: k, body: '{"n":1e400}', contentType: 'application/json' })).headers['idempotent-replayed']).toBe('true');
+    expectProblem(await send(url, { path: '/p', key: k, body: '{"n":2e400}', contentType: 'application/json' }), 422, 'key-reused');
+  });
+});
+
 describe('fingerprint paths are checked when the middleware is created', () => {
   it('a bad path is a TypeError from the adapter factory, before any request', async () => {
     const { idempotency } = await import('../../adapters/express.js');

@@ -72,6 +72,22 @@ describe('fingerprint (H14)', () => {
       expect(fp({ body: new ParsedJsonBody({ a: 2 }, Buffer.from('{"a":2}')) })).not.toBe(fp({ body: Buffer.from('{"a":1}') }));
     });
 
+    it('H14: a body a parser parsed from a text it kept gives the fingerprint the text gives, also when the value is checked', () => {
+      for (const text of ['{ "b": [1, {"y":2,"x":1}], "a": "é" }', '{"n": 1e400}', '{"n": 12345678901234567890123}', '[]', 'null', '"s"']) {
+        for (const checked of [false, true]) {
+          expect(fp({ body: new ParsedJsonBody(JSON.parse(text), text, checked) })).toBe(fp({ body: text }));
+          expect(fingerprintRequestV1({ ...base, body: new ParsedJsonBody(JSON.parse(text), text, checked) })).toBe(fingerprintRequestV1({ ...base, body: text }));
+        }
+      }
+      expect(fp({ body: new ParsedJsonBody({}, '', true) })).toBe(fp({ body: '' }));
+      // A value changed into something that is not JSON data: the text counts, whatever the value holds.
+      const text = '{"when":"2026-01-01","amount":1}';
+      expect(fp({ body: new ParsedJsonBody({ when: new Map([['x', 1]]), amount: 1 }, text, true) })).toBe(fp({ body: text }));
+      expect(fp({ body: new ParsedJsonBody({ when: new Map([['x', 1]]), amount: 1 }, text, true) })).not.toBe(
+        fp({ body: new ParsedJsonBody({ when: new Map([['x', 1]]), amount: 1 }, text.replace('2026', '2027'), true) }),
+      );
+    });
+
     it('H14: array order, values and types matter', () => {
       const body = base.body as Record<string, unknown>;
       expect(fp({ body: { ...body, meta: { z: 1, a: [2, 1] } } })).not.toBe(fp());
