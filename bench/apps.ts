@@ -10,6 +10,9 @@ import type { AddressInfo } from 'node:net';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import type { IdempotencyStore } from '../src/store.js';
 import { placeOrder, statsSnapshot } from './handler.js';
+import { fetchHandler, JSON_TYPE, webAnswer } from './web-handlers.js';
+
+export { FETCH_STYLES } from './web-handlers.js';
 
 export type Adapter = 'node' | 'express' | 'fastify' | 'koa' | 'hono' | 'fetch' | 'nestjs';
 
@@ -19,12 +22,9 @@ export type Adapter = 'node' | 'express' | 'fastify' | 'koa' | 'hono' | 'fetch' 
  * `json` (c.req.json(), c.json), `text` (c.req.text(), c.text), `raw` (c.req.raw.text(),
  * new Response(string)), `raw-json` (c.req.raw.json(), Response.json), `stream`
  * (c.req.json(), new Response(stream)), `redirect` (c.req.json(), c.redirect 303), `empty`
- * (c.req.json(), an empty 204). fetch: `text` (request.text(), new Response(string)),
- * `json` (request.json(), Response.json), `bytes` (request.arrayBuffer(), new
- * Response(bytes)), `stream`, `redirect` (Response.redirect 303), `empty` (204).
+ * (c.req.json(), an empty 204). fetch: FETCH_STYLES (bench/web-handlers.ts).
  */
 export const HONO_STYLES = ['body', 'json', 'text', 'raw', 'raw-json', 'stream', 'redirect', 'empty'] as const;
-export const FETCH_STYLES = ['text', 'json', 'bytes', 'stream', 'redirect', 'empty'] as const;
 export type Impl = 'bare' | 'ours' | 'floor' | 'express-idempotency' | 'node-idempotency';
 
 export interface AppOptions {
@@ -46,7 +46,6 @@ export interface RunningApp {
   close(): Promise<void>;
 }
 
-const JSON_TYPE = { 'content-type': 'application/json; charset=utf-8' };
 
 function readAll(req: IncomingMessage): Promise<Buffer> {
   return new Promise((resolve, reject) => {
@@ -260,40 +259,6 @@ async function koaApp(o: AppOptions): Promise<RunningApp> {
   return { port, close: () => closeServer(server) };
 }
 
-const encoder = new TextEncoder();
-
-/** The answer as a one-chunk stream (a body the server cannot know the length of). */
-function streamOf(text: string): ReadableStream<Uint8Array> {
-  const bytes = encoder.encode(text);
-  return new ReadableStream<Uint8Array>({
-    start(controller) {
-      controller.enqueue(bytes);
-      controller.close();
-    },
-  });
-}
-
-type WebResult = { status: number; body: string };
-
-/** The answer of a fetch-style handler in `style` (the same for Hono's raw styles). */
-function webAnswer(style: string, r: WebResult): Response {
-  switch (style) {
-    case 'json':
-    case 'raw-json':
-      return Response.json(JSON.parse(r.body), { status: r.status });
-    case 'bytes':
-      return new Response(encoder.encode(r.body), { status: r.status, headers: JSON_TYPE });
-    case 'stream':
-      return new Response(streamOf(r.body), { status: r.status, headers: JSON_TYPE });
-    case 'redirect':
-      return Response.redirect('http://127.0.0.1/orders/1', 303);
-    case 'empty':
-      return new Response(null, { status: 204 });
-    default:
-      return new Response(r.body, { status: r.status, headers: JSON_TYPE });
-  }
-}
-
 /** Hono on @hono/node-server, as Hono apps are served on Node. */
 async function honoApp(o: AppOptions): Promise<RunningApp> {
   const { Hono } = await import('hono');
@@ -343,14 +308,7 @@ async function honoApp(o: AppOptions): Promise<RunningApp> {
 /** The fetch adapter around a fetch-style handler, served by @hono/node-server (as a Node bridge serves one). */
 async function fetchApp(o: AppOptions): Promise<RunningApp> {
   const { createAdaptorServer } = await import('@hono/node-server');
-  const style = o.style ?? 'text';
-  if (!(FETCH_STYLES as readonly string[]).includes(style)) throw new Error(`unknown fetch style ${style}`);
-  const handler = async (request: Request): Promise<Response> => {
-    const headers = { 'idempotency-key': request.headers.get('idempotency-key') ?? undefined, 'x-delay-ms': request.headers.get('x-delay-ms') ?? undefined };
-    const body =
-      style === 'json' ? await request.json() : style === 'bytes' ? JSON.parse(new TextDecoder().decode(await request.arrayBuffer())) : JSON.parse(await request.text());
-    return webAnswer(style, await placeOrder(headers, body));
-  };
+  const handler = fetchHandler(o.style ?? 'text');
   let orders: (request: Request, env: unknown) => Promise<Response>;
   if (o.impl === 'bare') orders = handler;
   else if (o.impl === 'ours') {

@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
+import { runtimeArgs, runtimeBinary, type RuntimeName } from './runtimes.js';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -48,10 +49,14 @@ export interface ServerEnv {
   COUNT_PG?: '1';
   COUNT_KEYS?: '1';
   COUNT_OPS?: '1';
+  /** Bun or Deno instead of Node: bench/runtime-server.ts on the runtime's own server. */
+  RUNTIME?: RuntimeName;
 }
 
-const entries: Record<'server' | 'fingerprint' | 'breakdown' | 'pairs' | 'encryption', string[]> = {
+const entries: Record<'server' | 'runtime-server' | 'fingerprint' | 'breakdown' | 'pairs' | 'encryption', string[]> = {
   server: ['--import', 'tsx', 'bench/server.ts'],
+  // Run by Bun or Deno, not Node: the last element is the script (Bun runs the TypeScript itself).
+  'runtime-server': ['bench/runtime-server.ts'],
   fingerprint: ['--import', 'tsx', 'bench/fingerprint.ts'],
   breakdown: ['--import', 'tsx', 'bench/breakdown.ts'],
   pairs: ['--import', 'tsx', 'bench/pairs.ts'],
@@ -140,8 +145,17 @@ export function startServer(
   }
   // `nestjs:10`: NestJS 10 and @node-idempotency/nestjs from the bench/nest10 workspace.
   if (env.ADAPTER === 'nestjs' && env.STYLE === '10') nodeArgs.push('--import', './bench/nest10/register.mjs');
-  const argv = [...nodeArgs, ...entries.server];
-  const [command, args] = pinning ? ['taskset', ['-c', pinning.server, process.execPath, ...argv]] : [process.execPath, argv];
+  let executable = process.execPath;
+  let argv = [...nodeArgs, ...entries.server];
+  if (env.RUNTIME) {
+    const binary = runtimeBinary(ROOT, env.RUNTIME);
+    if (!binary) return Promise.reject(new Error(`${env.RUNTIME} is not installed under node_modules`));
+    executable = binary;
+    argv = runtimeArgs(env.RUNTIME, entries['runtime-server'].at(-1)!);
+    // Bun writes a CPU profile on exit as Node does (Deno has no such flag: --cpu-prof skips it).
+    if (env.RUNTIME === 'bun' && options.cpuProfDir) argv.unshift('--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`);
+  }
+  const [command, args] = pinning ? ['taskset', ['-c', pinning.server, executable, ...argv]] : [executable, argv];
   const child: ChildProcess = spawn(command, args, {
     cwd: ROOT,
     env: { ...process.env, ...env, ...(options.heapSampleOut ? { HEAP_SAMPLE_OUT: options.heapSampleOut } : {}) },

@@ -4,12 +4,14 @@
  * child processes (bench/server.ts); autocannon drives them from this process.
  *
  * Options:
- *   --quick              a smoke run (< 1 min): node, express, fetch:text and nestjs on memory, short runs
+ *   --quick              a smoke run (< 1 min): node, express, fetch:text (on Node, Bun and Deno) and nestjs on memory, short runs
  *   --duration=S         seconds per measured run (default 5, quick 1)
  *   --warmup=S           seconds of warm-up load before each measured run (default 1, quick 0.3)
  *   --connections=N      autocannon connections (default 32)
  *   --repeats=N          runs of every case (a fresh server each), median reported (default 3, quick 1)
- *   --adapters=a,b       subset of node,express,fastify,koa,hono,hono:<style>,fetch:<style>,nestjs,nestjs:10 (styles: bench/apps.ts;
+ *   --adapters=a,b       subset of node,express,fastify,koa,hono,hono:<style>,fetch:<style>,bun:<style>,deno:<style>,nestjs,nestjs:10
+ *                        (styles: bench/apps.ts, bench/web-handlers.ts; bun: and deno: are the fetch adapter on Bun.serve and
+ *                        Deno.serve, run when the runtime is installed under node_modules;
  *                        nestjs:10 is NestJS 10 from bench/nest10, beside @node-idempotency/nestjs@1.0.4)
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
@@ -57,6 +59,7 @@ import type { FingerprintResult } from './fingerprint.js';
 import type { PairsReport } from './pairs.js';
 import { measureWaiting, type WaitingRow } from './waiting.js';
 import { FETCH_STYLES, HONO_STYLES } from './apps.js';
+import { runtimeBinary, type RuntimeName } from './runtimes.js';
 
 const argv = process.argv.slice(2);
 const flag = (name: string) => argv.includes(`--${name}`);
@@ -79,6 +82,8 @@ const ALL_ADAPTERS = [
   'hono',
   ...HONO_STYLES.filter((s) => s !== 'body').map((s) => `hono:${s}`),
   ...FETCH_STYLES.map((s) => `fetch:${s}`),
+  // The fetch adapter on Bun.serve and Deno.serve (the runtimes from node_modules), same styles.
+  ...(['bun', 'deno'] as const).flatMap((runtime) => FETCH_STYLES.map((s) => `${runtime}:${s}`)),
   // NestJS on its Express platform: IdempotencyModule + @Idempotent() against a bare Nest handler.
   'nestjs',
   // The same on NestJS 10 (bench/nest10), beside @node-idempotency/nestjs@1.0.4, which supports NestJS 9 and 10 only.
@@ -87,12 +92,17 @@ const ALL_ADAPTERS = [
 const ALL_STORES = ['memory', 'sqlite', 'redis', 'postgres'] as const;
 type AdapterName = string;
 type StoreName = (typeof ALL_STORES)[number];
-const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express', 'fetch:text', 'nestjs'] : [...ALL_ADAPTERS])) as AdapterName[];
+const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express', 'fetch:text', 'bun:text', 'deno:text', 'nestjs'] : [...ALL_ADAPTERS])) as AdapterName[];
 /** The framework of an adapter name (`fetch:text` -> fetch) and its handler style. */
 const baseOf = (adapter: AdapterName) => adapter.split(':')[0]!;
 const styleOf = (adapter: AdapterName) => adapter.split(':')[1];
 /** A handler style's block (and Nest's): first executions and replays on memory only. */
 const styled = (adapter: AdapterName) => styleOf(adapter) !== undefined || adapter === 'fetch' || adapter === 'nestjs';
+/** Bun or Deno for `bun:<style>` and `deno:<style>`: the fetch adapter on that runtime's server. */
+const runtimeOf = (adapter: AdapterName): RuntimeName | undefined => {
+  const base = baseOf(adapter);
+  return base === 'bun' || base === 'deno' ? base : undefined;
+};
 const stores = (opt('stores')?.split(',') ?? (quick ? ['memory'] : [...ALL_STORES])) as StoreName[];
 const peers = !flag('no-peers');
 const roundTrips = !flag('no-round-trips');
@@ -218,7 +228,9 @@ interface Spec {
 }
 
 function envFor(spec: Spec, extra: Partial<ServerEnv> = {}): ServerEnv {
-  const env: ServerEnv = { ADAPTER: baseOf(spec.adapter), IMPL: spec.impl, NAMESPACE, ...extra };
+  const runtime = runtimeOf(spec.adapter);
+  const env: ServerEnv = { ADAPTER: runtime ? 'fetch' : baseOf(spec.adapter), IMPL: spec.impl, NAMESPACE, ...extra };
+  if (runtime) env.RUNTIME = runtime;
   const style = styleOf(spec.adapter);
   if (style !== undefined) env.STYLE = style;
   if (spec.impl === 'ours') env.STORE_URL = storeUrls[spec.store as StoreName];
@@ -651,7 +663,13 @@ async function main(): Promise<void> {
   };
   const scenarios = (opt('scenarios')?.split(',') ?? ['first', 'replay', 'storm']) as Scenario[];
   for (const adapter of flag('no-matrix') ? [] : adapters) {
-    if (baseOf(adapter) !== 'node' && !existsSync(path.join(ROOT, `adapters/${baseOf(adapter)}.ts`))) {
+    const runtime = runtimeOf(adapter);
+    if (runtime && !runtimeBinary(ROOT, runtime)) {
+      skipped.push(`adapter ${adapter}: ${runtime} is not installed under node_modules (dev dependency \`${runtime}\`)`);
+      log(`SKIPPED adapter ${adapter}: ${runtime} is not installed under node_modules`);
+      continue;
+    }
+    if (!runtime && baseOf(adapter) !== 'node' && !existsSync(path.join(ROOT, `adapters/${baseOf(adapter)}.ts`))) {
       skipped.push(`adapter ${adapter}: adapters/${baseOf(adapter)}.ts has not landed`);
       log(`SKIPPED adapter ${adapter}: adapters/${baseOf(adapter)}.ts has not landed`);
       continue;

@@ -6,12 +6,13 @@
  * platform package). A runtime that is not installed here is skipped loudly; with CI set
  * it fails, since `npm ci` installs both.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runtimeArgs, runtimeBinary } from '../../bench/runtimes.js';
 import { importsFromDist } from '../helpers/package-imports.js';
 import { assertFreshBuild } from '../helpers/fresh-build.js';
 import { freePort, untilListening } from '../helpers/ports.js';
@@ -19,33 +20,9 @@ import { expectProblem, send } from './client.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const SMOKE = fileURLToPath(new URL('./runtime-smoke.mjs', import.meta.url));
-const arch = process.arch === 'arm64' ? 'aarch64' : process.arch;
-
-/** The first candidate that runs `--version`: the npm bin (real once its postinstall ran), else the platform package's binary. */
-function findBinary(candidates: string[]): string | undefined {
-  for (const file of candidates) {
-    if (!existsSync(file) || statSync(file).size < 1_000_000) continue; // a placeholder, not the binary
-    if (spawnSync(file, ['--version'], { encoding: 'utf8' }).status === 0) return file;
-  }
-  return undefined;
-}
-
 const runtimes = {
-  bun: {
-    binary: findBinary([
-      join(root, 'node_modules/bun/bin/bun.exe'),
-      join(root, `node_modules/@oven/bun-${process.platform}-${arch}/bin/bun`),
-      join(root, `node_modules/@oven/bun-${process.platform}-${arch}-baseline/bin/bun`),
-    ]),
-    args: [SMOKE],
-  },
-  deno: {
-    binary: findBinary([
-      join(root, 'node_modules/deno/deno'),
-      join(root, `node_modules/@deno/${process.platform}-${process.arch === 'arm64' ? 'arm64' : 'x64'}-glibc/deno`),
-    ]),
-    args: ['run', '--allow-net', '--allow-env', '--allow-read', SMOKE],
-  },
+  bun: { binary: runtimeBinary(root, 'bun'), args: runtimeArgs('bun', SMOKE) },
+  deno: { binary: runtimeBinary(root, 'deno'), args: runtimeArgs('deno', SMOKE) },
 };
 
 function available(name: string, binary: string | undefined): boolean {
