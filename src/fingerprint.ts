@@ -181,16 +181,10 @@ function bodyDigest(body: unknown, contentType: string, fields: FieldSelection |
   if (typeof body === 'object') {
     if (isRawBody(body)) return body.byteLength === 0 ? NONE : typedBytes(contentType, undefined, () => body.chunks, fields);
     if (isParsedJsonBody(body)) {
-      const { bytes } = body;
-      if (typeof bytes === 'string') {
-        if (bytes.length === 0) return NONE;
-        const digest = valueDigest('json', body.value, fields, body.checked);
-        // Not plain JSON data (changed after the parser, or a number beyond a double): the text counts, as it would alone.
-        return digest.tag === 'json' ? digest : jsonText(bytes, () => [encoder.encode(bytes)], fields);
-      }
-      if (bytes.byteLength === 0) return NONE;
+      if (body.bytes.length === 0) return NONE;
       const digest = valueDigest('json', body.value, fields, body.checked);
-      return digest.tag === 'json' ? digest : bytesOf([bytes]);
+      // Not plain JSON data (a number beyond a double, a value changed after the parser): the body counts as its bytes or text alone would.
+      return digest.tag === 'json' ? digest : bodyDigest(body.bytes, contentType, fields);
     }
     if (isUploadBody(body)) return uploadDigest(body.fields, body.files, fields);
   }
