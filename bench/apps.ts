@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import type { IdempotencyStore } from '../src/store.js';
 import { placeOrder, statsSnapshot } from './handler.js';
-import { fetchHandler, JSON_TYPE, webAnswer } from './web-handlers.js';
+import { fetchHandler, JSON_TYPE, ordersRoute, webAnswer } from './web-handlers.js';
 
 export { FETCH_STYLES } from './web-handlers.js';
 
@@ -317,13 +317,7 @@ async function fetchApp(o: AppOptions): Promise<RunningApp> {
   } else throw new Error(`${o.impl} runs on express only`);
   const server = createAdaptorServer({
     // The server's second argument ({ incoming, outgoing }) passed on, as `serve({ fetch: withIdempotency(...) })` gets it.
-    fetch: (request: Request, env: unknown) => {
-      const url = request.url;
-      const path = url.slice(url.indexOf('/', url.indexOf('//') + 2));
-      if (request.method === 'POST' && path === '/orders') return orders(request, env);
-      if (path.startsWith('/__stats')) return new Response(stats(o, path), { headers: JSON_TYPE });
-      return new Response(null, { status: 404 });
-    },
+    fetch: ordersRoute(orders, (path) => stats(o, path)),
   }) as Server;
   const port = await listen(server);
   return { port, close: () => closeServer(server) };

@@ -13,15 +13,15 @@
 import { withIdempotency } from '../adapters/fetch.js';
 import { memoryStore } from '../drivers/memory.js';
 import { statsSnapshot } from './handler.js';
-import { fetchHandler, JSON_TYPE } from './web-handlers.js';
+import { fetchHandler, ordersRoute } from './web-handlers.js';
 
 interface Served {
   port: number;
 }
-declare const Bun: { serve(options: { port: number; hostname: string; fetch: (request: Request) => Promise<Response> | Response }): Served } | undefined;
+declare const Bun: { serve(options: { port: number; hostname: string; fetch: (request: Request, server: unknown) => Promise<Response> | Response }): Served } | undefined;
 declare const Deno:
   | {
-      serve(options: { port: number; hostname: string; onListen: (address: Served) => void }, handler: (request: Request) => Promise<Response> | Response): unknown;
+      serve(options: { port: number; hostname: string; onListen: (address: Served) => void }, handler: (request: Request, info: unknown) => Promise<Response> | Response): unknown;
       addSignalListener(signal: 'SIGTERM', listener: () => void): void;
       exit(code: number): never;
     }
@@ -33,16 +33,9 @@ const store = impl === 'ours' ? memoryStore() : undefined;
 const orders = store ? withIdempotency(handler, { store, scope: 'shared' }) : impl === 'bare' ? handler : undefined;
 if (!orders) throw new Error(`${impl} runs on Node only`);
 
-function route(request: Request): Promise<Response> | Response {
-  const url = request.url;
-  const path = url.slice(url.indexOf('/', url.indexOf('//') + 2));
-  if (request.method === 'POST' && path === '/orders') return orders!(request);
-  if (path.startsWith('/__stats')) {
-    const prefix = new URLSearchParams(path.split('?')[1] ?? '').get('prefix') ?? '';
-    return new Response(JSON.stringify(statsSnapshot({}, prefix)), { headers: JSON_TYPE });
-  }
-  return new Response(null, { status: 404 });
-}
+const route = ordersRoute<unknown>(orders, (path) =>
+  JSON.stringify(statsSnapshot({}, new URLSearchParams(path.split('?')[1] ?? '').get('prefix') ?? '')),
+);
 
 const ready = (port: number) => process.stdout.write(`${JSON.stringify({ ready: true, port })}\n`);
 if (typeof Bun !== 'undefined') {

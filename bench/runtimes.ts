@@ -19,8 +19,19 @@ function findBinary(candidates: string[]): string | undefined {
   return undefined;
 }
 
-/** The runtime's binary under `root`/node_modules, or undefined when it is not installed or does not run here. */
+const found = new Map<string, string | undefined>();
+
+/**
+ * The runtime's binary under `root`/node_modules, or undefined when it is not installed or
+ * does not run here; looked for once per process (the bench asks at every server start).
+ */
 export function runtimeBinary(root: string, name: RuntimeName): string | undefined {
+  const where = `${root}\u0000${name}`;
+  if (!found.has(where)) found.set(where, lookFor(root, name));
+  return found.get(where);
+}
+
+function lookFor(root: string, name: RuntimeName): string | undefined {
   if (name === 'bun') {
     const arch = process.arch === 'arm64' ? 'aarch64' : process.arch;
     return findBinary([

@@ -57,3 +57,20 @@ export function fetchHandler(style: string): (request: Request) => Promise<Respo
     return webAnswer(style, await placeOrder(headers, body));
   };
 }
+
+/**
+ * The server's fetch function: `POST /orders` to `orders` (with the server's second
+ * argument passed on), `GET /__stats[?prefix=…]` to `stats`, anything else 404.
+ */
+export function ordersRoute<Env>(
+  orders: (request: Request, env: Env) => Promise<Response>,
+  stats: (path: string) => string,
+): (request: Request, env: Env) => Promise<Response> | Response {
+  return (request, env) => {
+    const url = request.url;
+    const path = url.slice(url.indexOf('/', url.indexOf('//') + 2));
+    if (request.method === 'POST' && path === '/orders') return orders(request, env);
+    if (path.startsWith('/__stats')) return new Response(stats(path), { headers: JSON_TYPE });
+    return new Response(null, { status: 404 });
+  };
+}
