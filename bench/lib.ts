@@ -4,6 +4,7 @@
  * @module
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -139,12 +140,18 @@ export function startServer(
 ): Promise<ServerHandle> {
   const nodeArgs: string[] = [];
   if (options.heapSampleOut) nodeArgs.push('--import', './bench/heap-sampling.mjs');
-  if (options.cpuProfDir) {
-    nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${options.cpuProfDir}`);
-    if (options.cpuProfName) nodeArgs.push(`--cpu-prof-name=${options.cpuProfName.replace(/[^\w.-]+/g, '_')}-${Date.now()}.cpuprofile`);
-  }
   // `nestjs:10`: NestJS 10 and @node-idempotency/nestjs from the bench/nest10 workspace.
-  if (env.ADAPTER === 'nestjs' && env.STYLE === '10') nodeArgs.push('--import', './bench/nest10/register.mjs');
+  const loader = env.ADAPTER === 'nestjs' && env.STYLE === '10';
+  const profileName = options.cpuProfName && `${options.cpuProfName.replace(/[^\w.-]+/g, '_')}-${Date.now()}.cpuprofile`;
+  // A module loader's hooks run on a thread of their own, which writes a profile too: under
+  // one --cpu-prof-name the two would overwrite each other, so such a server profiles into a
+  // directory of its own and its main thread's profile is moved to the case's name on stop.
+  const threadsDir = options.cpuProfDir && loader ? mkdtempSync(path.join(mkdirSync(options.cpuProfDir, { recursive: true }) ?? options.cpuProfDir, '.threads-')) : undefined;
+  if (options.cpuProfDir) {
+    nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${threadsDir ?? options.cpuProfDir}`);
+    if (profileName && !threadsDir) nodeArgs.push(`--cpu-prof-name=${profileName}`);
+  }
+  if (loader) nodeArgs.push('--import', './bench/nest10/register.mjs');
   let executable = process.execPath;
   let argv = [...nodeArgs, ...entries.server];
   if (env.RUNTIME) {
@@ -203,10 +210,18 @@ export function startServer(
             child.kill('SIGKILL');
             await exited;
           }
+          if (threadsDir) keepMainThreadProfile(threadsDir, path.join(options.cpuProfDir!, profileName ?? `${path.basename(threadsDir)}.cpuprofile`));
         },
       });
     });
   });
+}
+
+/** Node names a profile CPU.<date>.<time>.<pid>.<thread id>.<seq>.cpuprofile; the main thread's id is 0. */
+function keepMainThreadProfile(dir: string, to: string): void {
+  const main = readdirSync(dir).find((file) => /^CPU\.\d+\.\d+\.\d+\.0\.\d+\.cpuprofile$/.test(file));
+  if (main) renameSync(path.join(dir, main), to);
+  rmSync(dir, { recursive: true, force: true });
 }
 
 export type Scenario = 'bare' | 'first' | 'replay' | 'storm';
