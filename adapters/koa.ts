@@ -55,6 +55,10 @@ function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> | unde
   }
   const body: unknown = ctx.body;
   let bytes: Buffer;
+  // A string or an object becomes bytes here: Koa then sends these bytes instead of
+  // encoding (or stringifying) the body a second time, and the middleware before the layer
+  // sees a Buffer, as it does on a replay.
+  let sendBytes = false;
   if (body === null || body === undefined) {
     if ((ctx.response as KoaBodyState)._explicitNullBody || EMPTY_STATUSES.has(status)) bytes = Buffer.alloc(0);
     else {
@@ -66,8 +70,10 @@ function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> | unde
       bytes = Buffer.from(text);
     }
   } else if (Buffer.isBuffer(body)) bytes = body;
-  else if (typeof body === 'string') bytes = Buffer.from(body);
-  else {
+  else if (typeof body === 'string') {
+    bytes = Buffer.from(body);
+    sendBytes = true;
+  } else {
     // Koa 3 also answers with a web ReadableStream, a Blob or a Response.
     const stream = toNodeStream(body);
     if (stream) {
@@ -75,8 +81,13 @@ function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> | unde
       return undefined;
     }
     bytes = Buffer.from(JSON.stringify(body));
+    sendBytes = true;
   }
-  return claim.finish({ status, headers: head().headers, body: EMPTY_STATUSES.has(status) ? Buffer.alloc(0) : bytes });
+  const { headers } = head();
+  if (EMPTY_STATUSES.has(status)) return claim.finish({ status, headers, body: Buffer.alloc(0) });
+  // Koa typed the body when it was set (Content-Type stays), and counts the bytes' length.
+  if (sendBytes) ctx.body = bytes;
+  return claim.finish({ status, headers, body: bytes });
 }
 
 function respond(ctx: Context, response: { status: number; headers: Record<string, string | string[]>; body: Uint8Array }): void {

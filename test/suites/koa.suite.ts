@@ -140,6 +140,45 @@ export function koaSuite(name: string, KoaClass: KoaClass, major: 2 | 3, { extra
       }
     });
 
+    it('middleware before the layer sees the same body on the first execution as on the replay: the bytes sent, typed as the handler typed them', async () => {
+      const calls = new Calls();
+      const seen: Array<{ path: string; buffer: boolean; type: string; length: number | undefined; text: string }> = [];
+      const app = new KoaClass();
+      app.use(async (ctx, next) => {
+        await next();
+        const body: unknown = ctx.body;
+        seen.push({ path: ctx.path, buffer: Buffer.isBuffer(body), type: ctx.type, length: ctx.length, text: String(body) });
+      });
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      app.use((ctx) => {
+        ctx.status = 201;
+        const n = calls.hit(ctx.path);
+        if (ctx.path === '/object') ctx.body = { n, note: 'é' };
+        else if (ctx.path === '/text') ctx.body = `order ${n} é`;
+        else {
+          ctx.type = 'application/vnd.api+json';
+          ctx.body = { n };
+        }
+      });
+      const url = await listen(app);
+      for (const path of ['/object', '/text', '/typed']) {
+        const k = key();
+        const first = await send(url, { path, key: k });
+        const replay = await send(url, { path, key: k });
+        expect(replay.headers['idempotent-replayed'], path).toBe('true');
+        expect(replay.body.equals(first.body), path).toBe(true);
+        expect(first.headers['content-length'], path).toBe(String(first.body.length));
+        expect(replay.headers['content-length'], path).toBe(first.headers['content-length']);
+        expect(replay.headers['content-type'], path).toBe(first.headers['content-type']);
+        const [atFirst, atReplay] = seen.splice(0);
+        expect(atFirst, path).toEqual({ ...atReplay, path });
+        expect(atFirst!.buffer, path).toBe(true);
+        expect(atFirst!.text, path).toBe(first.body.toString('utf8'));
+        expect(calls.count(path), path).toBe(1);
+      }
+      expect(seen).toEqual([]);
+    });
+
     it('per route with @koa/router: only that route is protected, and the full path is fingerprinted', async () => {
       const calls = new Calls();
       const router = new Router();
