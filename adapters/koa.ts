@@ -68,6 +68,7 @@ function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> | unde
       ctx.body = text;
       ctx.status = status;
       bytes = Buffer.from(text);
+      sendBytes = true;
     }
   } else if (Buffer.isBuffer(body)) bytes = body;
   else if (typeof body === 'string') {

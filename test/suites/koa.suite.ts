@@ -155,13 +155,14 @@ export function koaSuite(name: string, KoaClass: KoaClass, major: 2 | 3, { extra
         const n = calls.hit(ctx.path);
         if (ctx.path === '/object') ctx.body = { n, note: 'é' };
         else if (ctx.path === '/text') ctx.body = `order ${n} é`;
+        else if (ctx.path === '/status-text') ctx.status = 202; // no body: Koa answers the status text
         else {
           ctx.type = 'application/vnd.api+json';
           ctx.body = { n };
         }
       });
       const url = await listen(app);
-      for (const path of ['/object', '/text', '/typed']) {
+      for (const path of ['/object', '/text', '/typed', '/status-text']) {
         const k = key();
         const first = await send(url, { path, key: k });
         const replay = await send(url, { path, key: k });
