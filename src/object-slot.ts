@@ -40,8 +40,11 @@ export class ObjectSlot<T> {
   }
 
   get(object: object): T | undefined {
-    const own = (object as Record<symbol, T | undefined>)[this.#symbol];
-    return own !== undefined ? own : this.#side.get(object);
+    // The side table first, as in `delete`: on a re-prototyped object a property read that
+    // misses walks the whole prototype chain in the runtime (each such object has a hidden
+    // class of its own, so no inline cache holds), while a table lookup is one hash probe.
+    const side = this.#side.get(object);
+    return side !== undefined ? side : (object as Record<symbol, T | undefined>)[this.#symbol];
   }
 
   set(object: object, value: T): void {

@@ -65,6 +65,21 @@ describe('a value kept per object', () => {
     expect(ours(onIt)).toHaveLength(1);
     expect(ours(beside)).toEqual([]);
   });
+
+  it('set as a property, is still found once the object is re-prototyped to a declared prototype (the Node adapter around an Express app)', () => {
+    const slot = new ObjectSlot<number>('moved');
+    const req = new IncomingMessage(new Socket());
+    slot.set(req, 7);
+    expect(ours(req)).toHaveLength(1);
+    Object.setPrototypeOf(req, express().request);
+    declareReprototyped(req);
+    expect(slot.get(req)).toBe(7);
+    slot.delete(req);
+    expect(slot.get(req)).toBeUndefined();
+    slot.set(req, 8); // now beside it
+    expect(ours(req).map((symbol) => (req as unknown as Record<symbol, unknown>)[symbol])).toEqual([undefined]);
+    expect(slot.get(req)).toBe(8);
+  });
 });
 
 describe('a declaration', () => {
