@@ -46,7 +46,6 @@ export interface RunningApp {
   close(): Promise<void>;
 }
 
-
 function readAll(req: IncomingMessage): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];

@@ -146,7 +146,8 @@ export function startServer(
   // A module loader's hooks run on a thread of their own, which writes a profile too: under
   // one --cpu-prof-name the two would overwrite each other, so such a server profiles into a
   // directory of its own and its main thread's profile is moved to the case's name on stop.
-  const threadsDir = options.cpuProfDir && loader ? mkdtempSync(path.join(mkdirSync(options.cpuProfDir, { recursive: true }) ?? options.cpuProfDir, '.threads-')) : undefined;
+  if (options.cpuProfDir && loader) mkdirSync(options.cpuProfDir, { recursive: true });
+  const threadsDir = options.cpuProfDir && loader ? mkdtempSync(path.join(options.cpuProfDir, '.threads-')) : undefined;
   if (options.cpuProfDir) {
     nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${threadsDir ?? options.cpuProfDir}`);
     if (profileName && !threadsDir) nodeArgs.push(`--cpu-prof-name=${profileName}`);
