@@ -73,6 +73,27 @@ export async function formDataUpload(formData: FormData): Promise<UploadBody> {
 const WHOLE_BODY_BYTES = 256 * 1024;
 
 /**
+ * The declared length of a body the runtime reads whole (`arrayBuffer()`): a Content-Length
+ * within `limit` and WHOLE_BODY_BYTES, without Transfer-Encoding. An HTTP/1.1 server reads
+ * exactly that many bytes. `undefined` for any other body: it is read as a stream, counted.
+ */
+function wholeReadLength(headers: Headers, limit: number): number | undefined {
+  const length = headers.get('content-length');
+  if (length === null || headers.has('transfer-encoding')) return undefined;
+  const declared = Number(length);
+  return Number.isSafeInteger(declared) && declared >= 0 && declared <= Math.min(limit, WHOLE_BODY_BYTES) ? declared : undefined;
+}
+
+/**
+ * A body read whole, as bytes, within `limit` all the same: a `Request` made in code can
+ * declare a length its body does not have.
+ */
+function bounded(buffer: ArrayBuffer, limit: number): Uint8Array {
+  if (buffer.byteLength > limit) throw new BodyTooLargeError(limit);
+  return new Uint8Array(buffer);
+}
+
+/**
  * Read `request`'s body, consuming it, up to `limit` bytes (beyond it, BodyTooLargeError:
  * 413). A declared Content-Length without Transfer-Encoding is the body's exact size (an
  * HTTP/1.1 server reads no more), so such a body, when small, is read whole through the
@@ -83,12 +104,8 @@ const WHOLE_BODY_BYTES = 256 * 1024;
 export async function consumeBody(request: Request, limit: number, keepOpen = false): Promise<Uint8Array | RawBody> {
   const method = request.method;
   if (method === 'GET' || method === 'HEAD') return EMPTY;
-  const length = request.headers.get('content-length');
-  const declared = length === null ? Number.NaN : Number(length);
-  if (declared > limit) throw new BodyTooLargeError(limit);
-  if (Number.isFinite(declared) && declared <= WHOLE_BODY_BYTES && !request.headers.has('transfer-encoding')) {
-    return declared === 0 ? EMPTY : new Uint8Array(await request.arrayBuffer());
-  }
+  assertDeclaredLength(request.headers, limit);
+  if (wholeReadLength(request.headers, limit) !== undefined) return bounded(await request.arrayBuffer(), limit);
   if (request.body === null) return EMPTY;
   const { chunks, size } = await readChunks(request.body, limit, keepOpen);
   return new RawBody(chunks, size);
@@ -173,12 +190,7 @@ export function peekNodeServerBody(request: Request, limit: number): Promise<Uin
   if (method === 'GET' || method === 'HEAD') return undefined;
   const incoming = unreadNodeIncoming(request);
   if (incoming === undefined) return undefined;
-  const headers = request.headers;
-  const length = headers.get('content-length');
-  const declared = length === null ? Number.NaN : Number(length);
-  if (!Number.isSafeInteger(declared) || declared < 0 || declared > Math.min(limit, WHOLE_BODY_BYTES) || headers.has('transfer-encoding')) {
-    return undefined;
-  }
+  if (wholeReadLength(request.headers, limit) === undefined) return undefined;
   return new Promise<Uint8Array>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;

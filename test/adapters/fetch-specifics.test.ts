@@ -116,6 +116,31 @@ describe('fetch adapter specifics', () => {
     expect((await handler(chunked('y'.repeat(65)))).status).toBe(413);
   });
 
+  it('body-too-large: a body read whole by its declared length is bounded by its bytes: a Request that declares less than it holds gets 413', async () => {
+    let runs = 0;
+    const handler = withIdempotency(
+      async (request: Request) => {
+        runs++;
+        return new Response(await request.text(), { status: 201 });
+      },
+      { store: memoryStore(), scope: 'shared', maxBodyBytes: 64 },
+    );
+    // A Request made in code may declare any length; an HTTP/1.1 server's never lies.
+    const declaring = (text: string, length: number) =>
+      new Request('http://localhost/echo', {
+        method: 'POST',
+        headers: { 'idempotency-key': randomUUID(), 'content-length': String(length) },
+        body: text,
+      });
+    const small = await handler(declaring('y'.repeat(64), 64));
+    expect(small.status).toBe(201);
+    expect(await small.text()).toBe('y'.repeat(64)); // the handler still reads the whole body
+    const lying = await handler(declaring('y'.repeat(65), 10));
+    expect(lying.status).toBe(413);
+    expect(((await lying.json()) as { code: string }).code).toBe('body-too-large');
+    expect(runs).toBe(1);
+  });
+
   it('H10: a stream that fails before anyone reads it releases the key when read, without an unhandled rejection', async () => {
     let runs = 0;
     const handler = withIdempotency(
@@ -286,6 +311,40 @@ describe('Hono adapter specifics', () => {
     const big = await app.request(chunked('x'.repeat(65), randomUUID()));
     expect(big.status).toBe(413);
     expect(((await big.json()) as { code: string }).code).toBe('body-too-large');
+  });
+
+  it('body-too-large: a body read whole by its declared length is bounded by its bytes (Hono): a Request that declares less than it holds gets 413, and one that declares none is fingerprinted by what it holds', async () => {
+    const app = new Hono();
+    let runs = 0;
+    app.use(idempotency({ store: memoryStore(), scope: 'shared', maxBodyBytes: 64 }));
+    app.post('/echo', async (c) => {
+      runs++;
+      return c.text(await c.req.text(), 201);
+    });
+    const declaring = (text: string, length: number) =>
+      new Request('http://localhost/echo', {
+        method: 'POST',
+        headers: { 'content-type': 'text/plain', 'idempotency-key': randomUUID(), 'content-length': String(length) },
+        body: text,
+      });
+    const small = await app.request(declaring('x'.repeat(64), 64));
+    expect(small.status).toBe(201);
+    expect(await small.text()).toBe('x'.repeat(64));
+    const lying = await app.request(declaring('x'.repeat(65), 10));
+    expect(lying.status).toBe(413);
+    expect(((await lying.json()) as { code: string }).code).toBe('body-too-large');
+    expect(runs).toBe(1);
+    // Declared empty, sent with bytes: the bytes are what the handler reads, so they are what is fingerprinted.
+    const key = randomUUID();
+    const sent = (text: string) =>
+      new Request('http://localhost/echo', {
+        method: 'POST',
+        headers: { 'content-type': 'text/plain', 'idempotency-key': key, 'content-length': '0' },
+        body: text,
+      });
+    expect(await (await app.request(sent('a'))).text()).toBe('a');
+    expect((await app.request(sent('b'))).status).toBe(422);
+    expect(runs).toBe(2);
   });
 
   it('H10: an error answered by app.onError with a 4xx still releases the key', async () => {
