@@ -27,6 +27,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
+  applyDecorators,
   HttpException,
   Inject,
   Injectable,
@@ -34,6 +35,7 @@ import {
   Module,
   SetMetadata,
   StreamableFile,
+  UseInterceptors,
   type CallHandler,
   type DynamicModule,
   type ExecutionContext,
@@ -46,7 +48,7 @@ import {
   type Provider,
   type Type,
 } from '@nestjs/common';
-import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
+import { ModulesContainer, Reflector } from '@nestjs/core';
 import { Observable, defer, lastValueFrom, type Subscriber, type Subscription } from 'rxjs';
 import type { IdempotencyError } from '../src/errors.js';
 import type { RawBody } from '../src/fingerprint.js';
@@ -141,6 +143,11 @@ export const IDEMPOTENT_METADATA = 'idempotency-kit:idempotent';
  * Protect a controller's handlers (on the class) or one handler. Options are merged
  * module, then class, then handler. `@Idempotent(false)` on a handler turns the layer off
  * for it inside a protected class.
+ *
+ * It binds the module's interceptor to what it decorates (as `@UseInterceptors()` would),
+ * after the application's global interceptors: a route without it runs none of the
+ * layer's code. The module must be visible where it is used: global (the default), or
+ * imported by the controller's module.
  */
 export function Idempotent(options: IdempotentOptions | false = {}): ClassDecorator & MethodDecorator {
   if (options !== false && (typeof options !== 'object' || options === null || Array.isArray(options))) {
@@ -149,8 +156,9 @@ export function Idempotent(options: IdempotentOptions | false = {}): ClassDecora
   if (options !== false && 'store' in options) {
     throw new TypeError('`store` is a module option (IdempotencyModule.forRoot({ store })), not an @Idempotent() option');
   }
-  if (options !== false) checkGraphqlOptions(options);
-  return SetMetadata(IDEMPOTENT_METADATA, options);
+  if (options === false) return SetMetadata(IDEMPOTENT_METADATA, options);
+  checkGraphqlOptions(options);
+  return applyDecorators(SetMetadata(IDEMPOTENT_METADATA, options), UseInterceptors(IdempotencyBinding));
 }
 
 /** `@SkipIdempotency()`: the same as `@Idempotent(false)`, for one handler of a protected class. */
@@ -284,8 +292,8 @@ function answered(res: PlatformResponse): void {
 }
 
 /**
- * The interceptor the module registers app-wide (`APP_INTERCEPTOR`): it runs after the
- * guards and protects the handlers marked `@Idempotent()`.
+ * The module's interceptor, which `@Idempotent()` binds to the classes and handlers it
+ * decorates: it runs after the guards and protects the handlers marked `@Idempotent()`.
  */
 export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   readonly #layer: Idempotency<NestRequest>;
@@ -529,6 +537,25 @@ Inject(IDEMPOTENCY_LAYER)(IdempotencyInterceptor, undefined, 0);
 Inject(ModulesContainer)(IdempotencyInterceptor, undefined, 1);
 Inject(IDEMPOTENCY_OPTIONS)(IdempotencyInterceptor, undefined, 2);
 
+/**
+ * What `@Idempotent()` binds: Nest makes an enhancer bound by a decorator once per module
+ * that uses it, so this is that small per-module part, and the work is the module's one
+ * interceptor's (its per-handler layers, its warnings, its checks at start).
+ */
+class IdempotencyBinding implements NestInterceptor {
+  readonly #interceptor: IdempotencyInterceptor;
+
+  constructor(interceptor: IdempotencyInterceptor) {
+    this.#interceptor = interceptor;
+  }
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    return this.#interceptor.intercept(context, next);
+  }
+}
+Injectable()(IdempotencyBinding);
+Inject(IdempotencyInterceptor)(IdempotencyBinding, undefined, 0);
+
 /** What the module knows of its store at shutdown. */
 interface OwnedStore {
   store: IdempotencyStore;
@@ -570,7 +597,6 @@ const coreProviders: Provider[] = [
     inject: [IDEMPOTENCY_OPTIONS, OWNED_STORE],
   },
   IdempotencyInterceptor,
-  { provide: APP_INTERCEPTOR, useExisting: IdempotencyInterceptor },
 ];
 
 const exported = [IDEMPOTENCY_OPTIONS, IDEMPOTENCY_STORE, IDEMPOTENCY_LAYER, IdempotencyInterceptor];

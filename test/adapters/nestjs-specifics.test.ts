@@ -53,6 +53,7 @@ import { hasRequestTransaction } from '../../src/transaction.js';
 import {
   IDEMPOTENCY_STORE,
   Idempotent,
+  IdempotencyInterceptor,
   IdempotencyModule,
   IdempotencyRejection,
   SkipIdempotency,
@@ -308,8 +309,49 @@ async function start(
 const key = () => `nest-${randomUUID()}`;
 const redis = await serviceAvailable('Redis', REDIS_URL);
 
+/** One route with `@Idempotent()` and one without, in the same controller. */
+@Controller('mixed')
+class MixedController {
+  constructor(@Inject(COUNTER) private readonly counter: Counter) {}
+
+  @Post('open')
+  open() {
+    return { n: this.counter.hit() };
+  }
+
+  @Post('protected')
+  @Idempotent()
+  protected() {
+    return { n: this.counter.hit() };
+  }
+}
+
 for (const platform of ['express', 'fastify'] as Platform[]) {
   describe(`nest (${platform} platform)`, () => {
+    it('a route without @Idempotent() runs none of the layer\'s code; the protected one beside it replays', async () => {
+      const intercept = vi.spyOn(IdempotencyInterceptor.prototype, 'intercept');
+      try {
+        const app = await start(platform, IdempotencyModule.forRoot({ store: memoryStore(), scope: 'shared' }), [MixedController]);
+        const open = key();
+        for (let i = 0; i < 2; i++) {
+          const res = await app.send({ path: '/mixed/open', key: open, body: { a: 1 } });
+          expect(res.status).toBe(201);
+          expect(res.headers['idempotent-replayed']).toBeUndefined();
+        }
+        expect(app.counter.n).toBe(2);
+        expect(intercept).not.toHaveBeenCalled();
+        const guarded = key();
+        const first = await app.send({ path: '/mixed/protected', key: guarded, body: { a: 1 } });
+        const again = await app.send({ path: '/mixed/protected', key: guarded, body: { a: 1 } });
+        expect(again.json()).toEqual(first.json());
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(app.counter.n).toBe(3);
+        expect(intercept).toHaveBeenCalledTimes(2);
+      } finally {
+        intercept.mockRestore();
+      }
+    });
+
     it('a request given up by an outer interceptor (a deadline) while it waited on its key releases the key it then wins: the next retry runs at once', async () => {
       const app = await start(platform, IdempotencyModule.forRoot({ store: memoryStore(), scope: 'shared' }), [SlowController], {
         before: [DeadlineModule],
@@ -615,5 +657,13 @@ describe('nest module', () => {
     expect(() => Idempotent({ store: memoryStore() } as never)).toThrow(/store/);
     expect(() => Idempotent('yes' as never)).toThrow(TypeError);
     void createStore;
+  });
+
+  it('with isGlobal: false, a protected controller in a module that does not import the module fails the start, naming the interceptor', async () => {
+    @Module({ controllers: [MixedController], providers: [{ provide: COUNTER, useValue: new Counter() }] })
+    class FeatureModule {}
+    @Module({ imports: [IdempotencyModule.forRoot({ store: memoryStore(), scope: 'shared', isGlobal: false }), FeatureModule] })
+    class RootModule {}
+    await expect(Test.createTestingModule({ imports: [RootModule] }).compile()).rejects.toThrow(/IdempotencyInterceptor/);
   });
 });
