@@ -73,15 +73,15 @@ export async function formDataUpload(formData: FormData): Promise<UploadBody> {
 const WHOLE_BODY_BYTES = 256 * 1024;
 
 /**
- * The declared length of a body the runtime reads whole (`arrayBuffer()`): a Content-Length
- * within `limit` and WHOLE_BODY_BYTES, without Transfer-Encoding. An HTTP/1.1 server reads
- * exactly that many bytes. `undefined` for any other body: it is read as a stream, counted.
+ * Whether a body is read whole (`arrayBuffer()`): a declared Content-Length within `limit`
+ * and WHOLE_BODY_BYTES, without Transfer-Encoding (an HTTP/1.1 server reads exactly that
+ * many bytes). Any other body is read as a stream, counted.
  */
-function wholeReadLength(headers: Headers, limit: number): number | undefined {
+function readsWhole(headers: Headers, limit: number): boolean {
   const length = headers.get('content-length');
-  if (length === null || headers.has('transfer-encoding')) return undefined;
+  if (length === null || headers.has('transfer-encoding')) return false;
   const declared = Number(length);
-  return Number.isSafeInteger(declared) && declared >= 0 && declared <= Math.min(limit, WHOLE_BODY_BYTES) ? declared : undefined;
+  return Number.isSafeInteger(declared) && declared >= 0 && declared <= Math.min(limit, WHOLE_BODY_BYTES);
 }
 
 /**
@@ -105,7 +105,7 @@ export async function consumeBody(request: Request, limit: number, keepOpen = fa
   const method = request.method;
   if (method === 'GET' || method === 'HEAD') return EMPTY;
   assertDeclaredLength(request.headers, limit);
-  if (wholeReadLength(request.headers, limit) !== undefined) return bounded(await request.arrayBuffer(), limit);
+  if (readsWhole(request.headers, limit)) return bounded(await request.arrayBuffer(), limit);
   if (request.body === null) return EMPTY;
   const { chunks, size } = await readChunks(request.body, limit, keepOpen);
   return new RawBody(chunks, size);
@@ -190,7 +190,7 @@ export function peekNodeServerBody(request: Request, limit: number): Promise<Uin
   if (method === 'GET' || method === 'HEAD') return undefined;
   const incoming = unreadNodeIncoming(request);
   if (incoming === undefined) return undefined;
-  if (wholeReadLength(request.headers, limit) === undefined) return undefined;
+  if (!readsWhole(request.headers, limit)) return undefined;
   return new Promise<Uint8Array>((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
