@@ -12,7 +12,7 @@ import { parseArgs } from 'node:util';
 import { createStore } from '../drivers/create-store.js';
 import { isSealed, openRecord, resolveEncryption, sealedKeyId, type Keyring } from '../src/encryption.js';
 import { isIdempotencyError } from '../src/errors.js';
-import { storageKey } from '../src/key.js';
+import { storageKey, type KeySpace } from '../src/key.js';
 import type { CompletedRecord, IdempotencyRecord, IdempotencyStore, StoreStats } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
 import { resealStore, type ResealProgress } from './reseal.js';
@@ -35,8 +35,8 @@ const EXIT = {
 const USAGE = `Usage: idempotency-kit <command> [options]
 
 Commands:
-  inspect --key K [--scope S]   show the record stored for a key
-  purge   --key K [--scope S]   delete that record, so the next retry runs again
+  inspect --key K [--scope S] [--entry E]   show the record stored for a key
+  purge   --key K [--scope S] [--entry E]   delete that record, so the next retry runs again
                                 (a record still processing needs --force)
   stats                         records by state and the earliest expiry
   sweep                         delete expired records now
@@ -46,6 +46,10 @@ Commands:
 Options:
   --store URL        sqlite://…, redis[s]://…, redis+cluster://…, postgres://… (default: $IDEMPOTENCY_STORE)
   --namespace NAME   Redis key prefix or SQL table, if the app sets one
+  --entry E          inspect, purge: who wrote the key, each its own key space: http (default),
+                     function (idempotent()), webhook:<provider> (webhook:stripe, webhook:github,
+                     webhook:standard-webhooks), message:<source> (message:nats, message:bullmq,
+                     message:mqtt, message:nest:<pattern>#<method>)
   --json             machine-readable output on stdout
   --progress         progress on stderr even when it is not a terminal
   --timeout MS       longest wait for the store, per call (default 5000)
@@ -84,6 +88,7 @@ function parse(argv: string[]) {
         key: { type: 'string' },
         scope: { type: 'string' },
         namespace: { type: 'string' },
+        entry: { type: 'string' },
         json: { type: 'boolean', default: false },
         progress: { type: 'boolean', default: false },
         timeout: { type: 'string' },
@@ -210,14 +215,22 @@ function openForView(record: IdempotencyRecord, skey: string, keyring: Keyring |
   }
 }
 
-function describeRecord(key: string, scope: string | undefined, record: IdempotencyRecord, encryption?: { keyId: string | null; opened: boolean; reason?: string }) {
+/** The key space `--entry` names: `undefined` for HTTP keys. */
+function keySpaceOf(entry: string | undefined): KeySpace | undefined {
+  if (entry === undefined || entry === 'http') return undefined;
+  if (entry === 'function' || /^(webhook|message):./.test(entry)) return entry as KeySpace;
+  throw new UsageError(`--entry must be http, function, webhook:<provider> or message:<source>, got ${JSON.stringify(entry)}`);
+}
+
+function describeRecord(key: string, scope: string | undefined, space: KeySpace | undefined, record: IdempotencyRecord, encryption?: { keyId: string | null; opened: boolean; reason?: string }) {
   const sealedShut = encryption !== undefined && !encryption.opened;
   const completed = record.state === 'completed' && !sealedShut ? record : undefined;
   const body = completed?.response.body;
   return {
     key,
     scope: scope ?? null,
-    storageKey: storageKey(scope, key),
+    entry: space ?? 'http',
+    storageKey: storageKey(scope, key, space),
     state: record.state,
     kind: record.fingerprint.startsWith('fn:') ? 'function' : 'http',
     fingerprint: record.fingerprint,
@@ -310,7 +323,10 @@ async function command(argv: string[], output: Output): Promise<number> {
   const reseal = name === 'reseal' ? resealOptions(values) : undefined;
   const needsKey = name === 'inspect' || name === 'purge';
   if (needsKey && (values.key === undefined || values.key === '')) throw new UsageError(`${name} needs --key`);
-  if (!needsKey && (values.key !== undefined || values.scope !== undefined)) throw new UsageError(`${name} takes no --key or --scope`);
+  if (!needsKey && (values.key !== undefined || values.scope !== undefined || values.entry !== undefined)) {
+    throw new UsageError(`${name} takes no --key, --scope or --entry`);
+  }
+  const space = keySpaceOf(values.entry);
   const timeoutMs = values.timeout === undefined ? 5000 : Number(values.timeout);
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new UsageError(`--timeout must be a positive integer (ms), got ${JSON.stringify(values.timeout)}`);
   const url = positionalUrl ?? values.store ?? process.env.IDEMPOTENCY_STORE;
@@ -324,13 +340,13 @@ async function command(argv: string[], output: Output): Promise<number> {
   try {
     const key = values.key!;
     const scope = values.scope;
-    const skey = needsKey ? storageKey(scope, key) : '';
+    const skey = needsKey ? storageKey(scope, key, space) : '';
     switch (name) {
       case 'inspect': {
         const stored = await storeCall('get', timeoutMs, () => store.get(skey));
         if (!stored) return notFound(output, key, scope);
         const { record, encryption } = openForView(stored, skey, keyring);
-        const view = describeRecord(key, scope, record, encryption);
+        const view = describeRecord(key, scope, space, record, encryption);
         if (output.json) output.out(JSON.stringify(view) + '\n');
         else printRecord(output, view, record);
         return EXIT.ok;
@@ -340,13 +356,13 @@ async function command(argv: string[], output: Output): Promise<number> {
         if (record?.state === 'processing' && !values.force) {
           const message =
             'the record is still processing (a handler may be running): purging it lets a retry run beside it. Pass --force to purge anyway';
-          if (output.json) output.out(JSON.stringify({ purged: false, error: { code: 'refused', message }, record: describeRecord(key, scope, record) }) + '\n');
+          if (output.json) output.out(JSON.stringify({ purged: false, error: { code: 'refused', message }, record: describeRecord(key, scope, space, record) }) + '\n');
           else output.err(`idempotency-kit: ${message}\n`);
           return EXIT.refused;
         }
         const deleted = await storeCall('delete', timeoutMs, () => requireMethod(store, 'delete').delete!(skey));
         if (!record && !deleted) return notFound(output, key, scope);
-        if (output.json) output.out(JSON.stringify({ purged: true, record: record ? describeRecord(key, scope, record) : null }) + '\n');
+        if (output.json) output.out(JSON.stringify({ purged: true, record: record ? describeRecord(key, scope, space, record) : null }) + '\n');
         else {
           const what = record ? `${record.state}${record.state === 'completed' ? ` ${record.response.status}` : ''} record` : 'expired record';
           output.out(`purged the ${what} for key ${key}${scope === undefined ? '' : ` (scope ${scope})`}: the next request with it runs again\n`);

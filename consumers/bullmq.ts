@@ -112,6 +112,7 @@ export function idempotentProcessor<J extends BullMQJob, R>(
   assertDelay('retryDelayMs', retryDelayMs);
   const transaction = options?.transaction === true;
   const handle = onceFor(
+    'message:bullmq',
     transaction
       ? (job: J, client: unknown) => fn(job, client as never)
       : (job: J, token?: string, signal?: AbortSignal) => fn(job, token as never, signal as never),

@@ -175,6 +175,7 @@ export function handleMqttMessages<P extends MqttPacket, R>(
     );
   }
   const handle = onceFor(
+    'message:mqtt',
     options?.transaction ? (packet: P, tx: unknown) => fn(packet, tx) : (packet: P) => fn(packet),
     options,
     { key: (packet) => userProperty(packet, 'message-id'), fingerprint: (packet) => packet.payload },

@@ -140,6 +140,7 @@ export function jetStreamHandler<M extends JetStreamMessage, R>(
   if (workingMs !== false) assertInteger('workingMs', workingMs, 1);
   if (onSettle !== undefined) assertFunction('onSettle', onSettle);
   const handle = onceFor(
+    'message:nats',
     options?.transaction ? (msg: M, client: unknown) => fn(msg, client) : (msg: M) => fn(msg),
     options,
     { key: msgId, scope: (msg) => msg.info.stream, fingerprint: (msg) => msg.data },

@@ -14,6 +14,7 @@
  * app.post('/webhooks/stripe', express.raw({ type: 'application/json' }), receive.node); // Express
  * app.post('/webhooks/stripe', (c) => receive.fetch(c.req.raw)); // Hono, or any fetch handler
  */
+import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { IdempotencyError, IdempotencyKeyError, isIdempotencyError, type IdempotencyErrorCode } from '../src/errors.js';
 import type { IdempotentOptions } from '../src/idempotent.js';
@@ -38,10 +39,23 @@ export class WebhookSignatureError extends IdempotencyError {
 /** A request's headers, looked up by lower-case name. */
 export type WebhookHeaders = (name: string) => string | undefined;
 
-/** A verified delivery: the provider's event and the id it is de-duplicated by. */
+/** A verified delivery: the provider's event, its id, and what it is de-duplicated by. */
 export interface VerifiedWebhook<E> {
+  /** The delivery's id, as the provider names it (the handler gets it as `delivery.id`). */
   id: string;
   event: E;
+  /**
+   * What the delivery is de-duplicated by: a value the signature covers. A provider whose
+   * delivery id is not signed (GitHub) gives a digest of the signed body here.
+   * @default id
+   */
+  key?: string;
+  /**
+   * What a repeat under the same key must match (bytes or any value, hashed); another value
+   * is refused with 422 `key-reused` and told to `onError`, never answered as a replay.
+   * @default nothing: the key alone (Stripe, whose id is inside the signed body)
+   */
+  fingerprint?: unknown;
 }
 
 /** How to trust and identify one provider's deliveries; made by `stripeWebhook()`, `githubWebhook()`, `standardWebhook()`. */
@@ -126,10 +140,15 @@ export interface GitHubEvent {
 }
 
 /**
- * GitHub: `X-Hub-Signature-256` checked by `@octokit/webhooks` (`new Webhooks({ secret })`),
- * de-duplicated by `X-GitHub-Delivery`, which a redelivery keeps. GitHub does not retry a
- * failed delivery by itself; it can be redelivered (by hand or through the API) for three
- * days, so deliveries are remembered for four days by default. Payloads reach 25 MB.
+ * GitHub: `X-Hub-Signature-256` checked by `@octokit/webhooks` (`new Webhooks({ secret })`).
+ * GitHub signs the body alone: `X-GitHub-Delivery` and `X-GitHub-Event` are not signed, so
+ * anyone holding a captured body could send it under any delivery id. Deliveries are
+ * therefore de-duplicated by the SHA-256 of the signed body (a redelivery sends the same
+ * bytes), and the event name counts as the fingerprint: a captured body resent under a new
+ * delivery id is a replay, not a second run, and one resent under another event name is
+ * refused 422 `key-reused`. GitHub does not retry a failed delivery by itself; it can be
+ * redelivered (by hand or through the API) for three days, so deliveries are remembered for
+ * four days by default. Payloads reach 25 MB.
  */
 export function githubWebhook(webhooks: GitHubVerifierLike): WebhookVerifier<GitHubEvent> {
   if (typeof webhooks?.verify !== 'function') {
@@ -159,7 +178,8 @@ export function githubWebhook(webhooks: GitHubVerifierLike): WebhookVerifier<Git
         // A form-encoded delivery (content type application/x-www-form-urlencoded) has the JSON in `payload`.
         parsed = JSON.parse(new URLSearchParams(payload).get('payload') ?? 'null');
       }
-      return { id, event: { id, name: headers('x-github-event') ?? '', payload: parsed } };
+      const name = headers('x-github-event') ?? '';
+      return { id, key: `sha256:${createHash('sha256').update(body).digest('hex')}`, fingerprint: name, event: { id, name, payload: parsed } };
     },
   };
 }
@@ -173,35 +193,54 @@ export interface StandardWebhookLike {
  * Standard Webhooks (Svix and the providers that send through it): `webhook-signature`
  * (or `svix-signature`) checked by the `standardwebhooks` or `svix` package's
  * `new Webhook(secret)`, de-duplicated by `webhook-id` (`svix-id`), the same on every
- * attempt. Svix retries for about 28 hours, so deliveries are remembered for two days by default.
+ * attempt, fingerprinted over the body. The signature covers the id, the timestamp and the
+ * body: the verifier is handed one set of the three, taken from the `webhook-` headers and
+ * the `svix-` headers, and the id it verified is the one used. A delivery whose `webhook-`
+ * and `svix-` headers disagree is refused (400), since the library could verify one id
+ * while another would be used. Svix retries for about 28 hours, so deliveries are
+ * remembered for two days by default.
  */
 export function standardWebhook<E = unknown>(webhook: StandardWebhookLike, options: { name?: string } = {}): WebhookVerifier<E> {
   if (typeof webhook?.verify !== 'function') {
     throw new TypeError('Expected `webhook` to be a Standard Webhooks verifier (new Webhook(secret) from standardwebhooks or svix)');
   }
-  const names = ['id', 'timestamp', 'signature'];
+  if (options.name !== undefined && (typeof options.name !== 'string' || options.name === '')) {
+    throw new TypeError(`Expected \`name\` to be a non-empty string, got ${String(options.name)}`);
+  }
   return {
     name: options.name ?? 'standard-webhooks',
     ttl: 2 * DAY,
     maxBodyBytes: 1024 * 1024,
     async verify(body, headers) {
-      const given: Record<string, string> = {};
-      for (const prefix of ['webhook-', 'svix-']) {
-        for (const name of names) {
-          const value = headers(prefix + name);
-          if (value !== undefined) given[prefix + name] = value;
+      const signed: Record<string, string> = {};
+      for (const part of ['id', 'timestamp', 'signature']) {
+        const standard = headers(`webhook-${part}`);
+        const svix = headers(`svix-${part}`);
+        if (standard !== undefined && svix !== undefined && standard !== svix) {
+          throw new WebhookSignatureError(`The webhook-${part} and svix-${part} headers disagree; a delivery carries one ${part}.`);
         }
+        const value = standard ?? svix;
+        // Both spellings, with one value: each library reads the one it knows.
+        if (value !== undefined) signed[`webhook-${part}`] = signed[`svix-${part}`] = value;
       }
-      if (!given['webhook-signature'] && !given['svix-signature']) throw new WebhookSignatureError('The request has no webhook-signature header.');
+      if (!signed['webhook-signature']) throw new WebhookSignatureError('The request has no webhook-signature header.');
       let event: unknown;
       try {
-        event = await webhook.verify(bytes(body), given);
+        event = await webhook.verify(bytes(body), signed);
       } catch (error) {
         throw new WebhookSignatureError('The webhook-signature header does not verify for this body.', { cause: error });
       }
-      const id = given['webhook-id'] ?? given['svix-id'];
+      const id = signed['webhook-id'];
       if (!id) throw new IdempotencyKeyError(undefined, 'The request has no webhook-id header.');
-      return { id, event: event as E };
+      // svix 2 verifies without parsing (it returns undefined): the event is the verified body's JSON.
+      if (event === undefined && body.byteLength > 0) {
+        try {
+          event = JSON.parse(text(body));
+        } catch {
+          event = text(body);
+        }
+      }
+      return { id, event: event as E, fingerprint: body };
     },
   };
 }
@@ -223,11 +262,14 @@ export interface WebhookHandlerOptions<E, R = unknown> extends Omit<IdempotentOp
    */
   ttl?: number;
   /**
-   * The key space of the event ids, e.g. `(event) => event.account` for Stripe Connect
-   * endpoints that receive several accounts' events.
-   * @default the provider's name
+   * The key space of the event ids within the provider's, e.g. `(event) => event.account`
+   * for Stripe Connect endpoints that receive several accounts' events. An event it gives no
+   * scope (`undefined`, `null` or `''`: the platform's own events, which have no `account`)
+   * is kept in the provider's own space. Deliveries never share a key space with HTTP
+   * requests, message handlers or `idempotent()` callers, whatever the scope.
+   * @default the provider's own space
    */
-  scope?: (event: E) => string | undefined;
+  scope?: (event: E) => string | null | undefined;
   /** @default the verifier's (Stripe, Standard Webhooks 1 MiB; GitHub 25 MiB) */
   maxBodyBytes?: number;
   /** Told of every handler error (answered 500) and store error (503), for your logs. */
@@ -317,12 +359,23 @@ export function webhookHandler<E, R>(
   assertInteger('maxBodyBytes', maxBodyBytes, 1);
   // `ran` tells a first run from a replay, per delivery.
   type Call = { verified: VerifiedWebhook<E>; delivery: WebhookDelivery; ran: boolean };
+  const scopeOf = (call: Call): string => {
+    const given = scope?.(call.verified.event);
+    return given === undefined || given === null || given === '' ? verifier.name : given;
+  };
   const run = onceFor(
+    `webhook:${verifier.name}`,
     options?.transaction
       ? (call: Call, client: unknown) => ((call.ran = true), fn(call.verified.event, call.delivery, client))
       : (call: Call) => ((call.ran = true), fn(call.verified.event, call.delivery)),
-    { ...(options as object), ttl } as never,
-    { key: (call: Call) => call.verified.id, scope: (call: Call) => (scope ? scope(call.verified.event) : verifier.name) },
+    // The user's `scope` is applied by scopeOf (a platform event has none).
+    { ...(options as object), ttl, scope: undefined } as never,
+    {
+      key: (call: Call) => call.verified.key ?? call.verified.id,
+      scope: scopeOf,
+      // Only where the verifier names one: a Stripe event's id is inside its signed body.
+      fingerprint: (call: Call) => call.verified.fingerprint ?? null,
+    },
     ['onError', 'maxBodyBytes'],
   ) as (call: Call) => Promise<unknown>;
   const tell = (error: unknown, id?: string) => {
@@ -352,7 +405,9 @@ export function webhookHandler<E, R>(
         tell(error, verified.id);
         return internalError('The webhook handler failed; the delivery can be retried.');
       }
-      if ((error as IdempotencyError).code === 'store-unavailable') tell(error, verified.id);
+      // A store failure, or another delivery under a used id (a forged or re-sent one): for the logs.
+      const code = (error as IdempotencyError).code;
+      if (code === 'store-unavailable' || code === 'key-reused') tell(error, verified.id);
       return problemResponse(error as IdempotencyError, 'webhook-id');
     }
   }

@@ -11,7 +11,7 @@ import { decide } from './decide.js';
 import { openRecord } from './encryption.js';
 import { IdempotencyConflictError, IdempotencyMismatchError, RecordUnreadableError, ResponseNotReplayableError, StoreUnavailableError } from './errors.js';
 import { fingerprintValue, sameFingerprint, type Fingerprint } from './fingerprint.js';
-import { scopePartition, storageKey } from './key.js';
+import { scopePartition, storageKey, type KeySpace } from './key.js';
 import { Lease, newToken, type EngineServices } from './lease.js';
 import type { ClaimContext, CompletedRecord, IdempotencyRecord } from './store.js';
 import type { AcquireOutcome } from './telemetry.js';
@@ -22,8 +22,8 @@ export type Acquired =
   | { type: 'replay'; record: CompletedRecord };
 
 /** Claim `key` in `scope` for a request of `fingerprint`, waiting for a request that holds it. */
-export function acquire(engine: EngineServices, key: string, scope: string | undefined, fingerprint: Fingerprint): Promise<Acquired> {
-  return new Acquisition(engine, key, scope, fingerprint).run();
+export function acquire(engine: EngineServices, key: string, scope: string | undefined, fingerprint: Fingerprint, space?: KeySpace): Promise<Acquired> {
+  return new Acquisition(engine, key, scope, fingerprint, space).run();
 }
 
 /** What an acquisition that failed means, for its telemetry span. */
@@ -64,8 +64,9 @@ class Acquisition {
     readonly key: string,
     readonly scope: string | undefined,
     readonly fingerprint: Fingerprint,
+    space: KeySpace | undefined,
   ) {
-    this.skey = storageKey(scope, key);
+    this.skey = storageKey(scope, key, space);
   }
 
   async run(): Promise<Acquired> {

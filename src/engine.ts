@@ -9,6 +9,7 @@ import { acquire, acquireOutcome, type Acquired } from './acquire.js';
 import { StoreUnavailableError, isIdempotencyError } from './errors.js';
 import type { IdempotencyEvent, StoreOperation } from './events.js';
 import type { Fingerprint } from './fingerprint.js';
+import type { KeySpace } from './key.js';
 import type { EngineServices } from './lease.js';
 import { resolveEngineOptions, type EngineOptions, type ResolvedEngineOptions } from './options.js';
 import { Telemetry } from './telemetry.js';
@@ -71,8 +72,8 @@ export class Engine implements EngineServices {
    * A duplicate waits as docs/semantics.md#how-a-duplicate-waits says: on a request of this
    * process in memory, else on the store's wake-ups (or polls).
    */
-  acquire(key: string, scope: string | undefined, fingerprint: Fingerprint): Promise<Acquired> {
-    return this.telemetry.acquire(scope, () => acquire(this, key, scope, fingerprint), acquireOutcome);
+  acquire(key: string, scope: string | undefined, fingerprint: Fingerprint, space?: KeySpace): Promise<Acquired> {
+    return this.telemetry.acquire(scope, () => acquire(this, key, scope, fingerprint, space), acquireOutcome);
   }
 
   /**

@@ -11,6 +11,7 @@ import { Engine } from './engine.js';
 import { isTransactionalStore, type TransactionalStore } from './transaction.js';
 import { IdempotencyKeyError, ResultNotStorableError, ScopeRequiredError } from './errors.js';
 import { hashValue } from './fingerprint.js';
+import type { KeySpace } from './key.js';
 import { splitTtl, type EngineOptions } from './options.js';
 import { deserializeResult, serializeResult } from './serialize.js';
 import { assertFunction } from './validate.js';
@@ -138,6 +139,19 @@ export function idempotent<F extends AnyFunction>(
   fn: F,
   options: IdempotentOptions<Parameters<F>> | IdempotentTransactionOptions<Parameters<F>, unknown>,
 ): IdempotentFunction<F> {
+  return idempotentIn('function', fn, options);
+}
+
+/**
+ * `idempotent()` in the key space of an entry point: the webhook receivers and the message
+ * handlers keep their records apart from `idempotent()` callers' and from each other's
+ * (`'webhook:stripe'`, `'message:nats'`...). Internal: what the recipes are built on.
+ */
+export function idempotentIn<F extends AnyFunction>(
+  space: KeySpace,
+  fn: F,
+  options: IdempotentOptions<Parameters<F>> | IdempotentTransactionOptions<Parameters<F>, unknown>,
+): IdempotentFunction<F> {
   assertFunction('fn', fn);
   const inTransaction = (options as { transaction?: unknown } | null)?.transaction;
   if (inTransaction !== undefined && typeof inTransaction !== 'boolean') {
@@ -186,7 +200,7 @@ export function idempotent<F extends AnyFunction>(
 
     let acquired;
     try {
-      acquired = await engine.acquire(key, scope, fingerprint);
+      acquired = await engine.acquire(key, scope, fingerprint, space);
     } catch (error) {
       if (engine.runsUnprotected(error, key, scope)) return await run();
       throw error;

@@ -7,9 +7,23 @@
 import { IdempotencyKeyError, type KeyInvalidReason } from './errors.js';
 import { sha256 } from './fingerprint.js';
 
-/** The store sees a hash of (scope, key), never the client's text. */
-export function storageKey(scope: string | undefined, key: string): string {
-  return sha256(JSON.stringify([scope ?? null, key]));
+/**
+ * The entry point a key belongs to, when it is not an HTTP request: `'function'` for
+ * `idempotent()`, `'webhook:<provider>'` for webhook deliveries, `'message:<source>'` for
+ * message handlers. Each is a key space of its own that no HTTP key, principal or scope can
+ * spell: see {@link storageKey}.
+ */
+export type KeySpace = `function` | `webhook:${string}` | `message:${string}`;
+
+/**
+ * The store sees a hash of (scope, key), never the client's text. HTTP keys hash the pair
+ * `[scope, key]`; every other entry point hashes the triple `[space, scope, key]`. The JSON
+ * of a pair is never the JSON of a triple, whatever the strings in them, so a client's key
+ * and principal can never name a webhook delivery's, a message handler's or an
+ * `idempotent()` caller's record, nor those entry points each other's.
+ */
+export function storageKey(scope: string | undefined, key: string, space?: KeySpace): string {
+  return sha256(JSON.stringify(space === undefined ? [scope ?? null, key] : [space, scope ?? null, key]));
 }
 
 /** The last scope given to {@link scopePartition} and its partition (none yet: `lastPartition` empty). */

@@ -40,6 +40,20 @@ export interface ResolverInfo {
   /** Where the field is in the result; a root field's has no `prev`. */
   path?: { prev?: unknown };
   operation: { operation: 'query' | 'mutation' | 'subscription' | string };
+  /** The field as the operation wrote it: what of its result the client selected. */
+  fieldNodes?: readonly SelectionNode[];
+  /** The operation's named fragments. */
+  fragments?: Record<string, { selectionSet?: SelectionSet } | undefined>;
+}
+
+/** What of graphql-js's selection AST the layer reads: fields, fragment spreads, inline fragments. */
+interface SelectionNode {
+  kind: string;
+  name?: { value: string };
+  selectionSet?: SelectionSet;
+}
+interface SelectionSet {
+  selections: readonly SelectionNode[];
 }
 
 /** A function that finds a mutation's key: `(args, context, info) => args.input.requestId`. */
@@ -297,50 +311,76 @@ export async function runResolver<Req>(
   } finally {
     response?.off('close', gone);
   }
+  // What is stored is what the client received: the fields its operation selected, read
+  // as GraphQL reads them. Whatever fails on the way (a getter that throws, a value that
+  // cannot be stored) completes the record without a result: the mutation's effect
+  // happened, so a retry is refused as not replayable, never run twice, and the claim
+  // always ends here (its renewals stop).
   let body: Uint8Array | null;
   try {
-    body = serializeResult(resolverData(result));
+    body = serializeResult(await selectedData(result, resolverInfo));
     if (body.byteLength > layer.maxResponseBytes) body = null;
-  } catch (error) {
-    if (!(error instanceof ResultNotStorableError)) throw error;
-    // The mutation's effect happened: released, a retry would run it twice. Completed
-    // without a result instead (as a response too large to store): a retry is refused
-    // as not replayable. The client still gets this result.
+  } catch {
     body = null;
   }
   const stored = { status: 200, headers: {}, body };
-  await lease
-    .complete(stored, layer.ttlFor((req ?? {}) as Req, stored, key, scopeValue))
-    .catch((error: unknown) => layer.engine.storeError('complete', key, scopeValue, error));
+  let ttl: number;
+  try {
+    ttl = layer.ttlFor((req ?? {}) as Req, stored, key, scopeValue);
+  } catch {
+    ttl = layer.engine.options.ttl;
+  }
+  await lease.complete(stored, ttl).catch((error: unknown) => layer.engine.storeError('complete', key, scopeValue, error));
   return result;
 }
 
 const KEPT = [Date, Uint8Array, Map, Set];
 
 /**
- * A resolver's result as the data GraphQL reads from it: a class instance (an
- * `@ObjectType()` class, an entity) becomes a plain object of its own enumerable
- * properties and the values of its getters, which is what GraphQL's default field resolver
- * reads; its methods are left out. Cycles and functions stay, to be refused by the
- * serializer.
+ * The part of a resolver's result that the operation selected, as plain data: for each
+ * selected field (fragments and inline fragments included, aliases by the field's name, as
+ * GraphQL's default field resolver reads them) the value of that property, own or a getter,
+ * awaited when it is a promise. Fields the operation did not select are never read, so a
+ * getter the client did not ask for cannot fail the storing, and properties outside the
+ * schema (an entity's password hash) never reach the store. A result without the
+ * operation's field nodes is not stored.
  */
-function resolverData(value: unknown, seen = new Set<object>()): unknown {
-  if (typeof value !== 'object' || value === null) return value;
-  if (KEPT.some((type) => value instanceof type) || seen.has(value)) return value;
-  seen.add(value);
-  try {
-    if (Array.isArray(value)) return value.map((v) => resolverData(v, seen));
-    const out: Record<string, unknown> = {};
-    const set = (name: string, v: unknown) =>
-      Object.defineProperty(out, name, { value: resolverData(v, seen), enumerable: true, writable: true, configurable: true });
-    for (const [name, v] of Object.entries(value)) set(name, v);
-    for (let proto = Object.getPrototypeOf(value); proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
-      for (const [name, descriptor] of Object.entries(Object.getOwnPropertyDescriptors(proto))) {
-        if (descriptor.get && !Object.prototype.hasOwnProperty.call(out, name)) set(name, (value as Record<string, unknown>)[name]);
+async function selectedData(result: unknown, info: ResolverInfo): Promise<unknown> {
+  const sets = (info.fieldNodes ?? []).map((node) => node.selectionSet);
+  if (sets.length === 0) throw new ResultNotStorableError('the resolver info has no field nodes');
+  return project(result, sets, info.fragments ?? {});
+}
+
+async function project(value: unknown, sets: readonly (SelectionSet | undefined)[], fragments: NonNullable<ResolverInfo['fragments']>): Promise<unknown> {
+  if (isThenable(value)) value = await value;
+  const selected = sets.filter((set): set is SelectionSet => set !== undefined);
+  // A leaf (a scalar or an enum, a JSON scalar too) is stored whole.
+  if (selected.length === 0 || typeof value !== 'object' || value === null || KEPT.some((type) => value instanceof type)) return value;
+  if (Array.isArray(value)) return Promise.all(value.map((item) => project(item, selected, fragments)));
+  const fields = new Map<string, (SelectionSet | undefined)[]>();
+  const collect = (set: SelectionSet, depth: number) => {
+    if (depth > 64) throw new ResultNotStorableError('the selection nests fragments too deep');
+    for (const node of set.selections) {
+      if (node.kind === 'Field' && node.name) {
+        const list = fields.get(node.name.value) ?? [];
+        list.push(node.selectionSet);
+        fields.set(node.name.value, list);
+      } else if (node.kind === 'InlineFragment' && node.selectionSet) collect(node.selectionSet, depth + 1);
+      else if (node.kind === 'FragmentSpread' && node.name) {
+        const fragment = fragments[node.name.value]?.selectionSet;
+        if (fragment) collect(fragment, depth + 1);
       }
     }
-    return out;
-  } finally {
-    seen.delete(value);
+  };
+  for (const set of selected) collect(set, 0);
+  const out: Record<string, unknown> = {};
+  for (const [name, subsets] of fields) {
+    const field = (value as Record<string, unknown>)[name];
+    if (field === undefined) continue;
+    Object.defineProperty(out, name, { value: await project(field, subsets, fragments), enumerable: true, writable: true, configurable: true });
   }
+  return out;
 }
+
+const isThenable = (value: unknown): value is PromiseLike<unknown> =>
+  typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function';

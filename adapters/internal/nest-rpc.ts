@@ -14,7 +14,8 @@
 import type { CallHandler, ExecutionContext, Type } from '@nestjs/common';
 import { Observable, defer, from, lastValueFrom, mergeMap, toArray } from 'rxjs';
 import { IdempotencyKeyError, ResultNotStorableError, isIdempotencyError, type IdempotencyError } from '../../src/errors.js';
-import { idempotent } from '../../src/idempotent.js';
+import { idempotentIn } from '../../src/idempotent.js';
+import type { KeySpace } from '../../src/key.js';
 import type { EngineOptions } from '../../src/options.js';
 import { serializeResult } from '../../src/serialize.js';
 import { assertFunction, assertInteger } from '../../src/validate.js';
@@ -78,6 +79,15 @@ export interface IdempotentRpcOptions {
    * `onReplay: (data, ctx) => ctx.getChannelRef().ack(ctx.getMessage())`.
    */
   onReplay?: (data: unknown, context: RpcContext) => void;
+  /**
+   * The name of the handler's key space: each protected handler keeps its keys apart from
+   * every other handler's (two handlers of one event both run once), from HTTP keys and from
+   * `idempotent()` callers. Set it when two handlers share a message pattern and a method
+   * name (the start fails and says so), or to keep a handler's records when you rename it.
+   * @default the handler's message pattern and method name (never its class name, which a
+   * minifier may change between builds)
+   */
+  keySpace?: string;
 }
 
 /** What the module options bring to message handlers: the engine's options, the key header, `rpc`. */
@@ -98,7 +108,7 @@ export interface RpcRefusal {
   retryable: boolean;
 }
 
-const RPC_KEYS = new Set(['key', 'scope', 'fingerprint', 'required', 'ttl', 'onReplay']);
+const RPC_KEYS = new Set(['key', 'scope', 'fingerprint', 'required', 'ttl', 'onReplay', 'keySpace']);
 /** `@nestjs/microservices`' metadata key of `@MessagePattern()` / `@EventPattern()` (stable in Nest 11 and 12). */
 const PATTERN_METADATA = 'microservices:pattern';
 const show = (value: unknown): string => (typeof value === 'string' ? JSON.stringify(value) : String(value));
@@ -112,7 +122,10 @@ export function checkRpcOptions(rpc: unknown): asserts rpc is IdempotentRpcOptio
   for (const name of Object.keys(rpc)) {
     if (!RPC_KEYS.has(name)) throw new TypeError(`Unknown \`rpc\` option \`${name}\` (expected one of ${[...RPC_KEYS].join(', ')})`);
   }
-  const { key, scope, fingerprint, required, ttl, onReplay } = rpc as IdempotentRpcOptions;
+  const { key, scope, fingerprint, required, ttl, onReplay, keySpace } = rpc as IdempotentRpcOptions;
+  if (keySpace !== undefined && (typeof keySpace !== 'string' || keySpace === '')) {
+    throw new TypeError(`Expected \`rpc.keySpace\` to be a non-empty string, got ${show(keySpace)}`);
+  }
   if (key !== undefined && typeof key !== 'function' && (typeof key !== 'string' || key === '')) {
     throw new TypeError(`Expected \`rpc.key\` to be a payload field name or a function (data, context) => key, got ${show(key)}`);
   }
@@ -225,10 +238,11 @@ async function refusal(error: IdempotencyError): Promise<Error> {
 }
 
 /**
- * The transport contexts of the messages the layer has taken: once per message, also with
+ * The transport contexts of the messages the layer has taken, with the handlers that took
+ * each: once per message and handler (the handlers of one event share its context), also with
  * the interceptor bound a second time (`@UseInterceptors`, another instance).
  */
-const seen = new WeakSet<object>();
+const seen = new WeakMap<object, Set<Function>>();
 
 type Protected = (data: unknown, context: RpcContext, work: () => Promise<unknown[]>) => Promise<unknown[]>;
 
@@ -272,13 +286,32 @@ export class NestRpc {
     const ofClass = this.#read(controller);
     let protection: Protection | null = null;
     if (own !== false && !(own === undefined && (ofClass === undefined || ofClass === false))) {
-      protection = this.#build(`${controller.name}.${handler.name}`, ofClass || {}, own || {});
+      protection = this.#build(controller, handler, ofClass || {}, own || {});
     }
     this.#handlers.set(handler, protection);
     return protection;
   }
 
-  #build(where: string, ofClass: Record<string, unknown>, own: Record<string, unknown>): Protection {
+  /** The key spaces of the handlers built so far, and whose each is: two handlers never share one. */
+  readonly #spaces = new Map<string, { handler: Function; where: string }>();
+
+  /** A handler's key space: `rpc.keySpace`, else its message pattern and method name (class names change under minifiers). */
+  #spaceOf(controller: Type<unknown>, handler: Function, keySpace: string | undefined): KeySpace {
+    const get = (Reflect as unknown as { getMetadata?(k: string, t: object): unknown }).getMetadata;
+    const name = keySpace ?? `${JSON.stringify(get?.(PATTERN_METADATA, handler) ?? null)}#${handler.name}`;
+    const where = `${controller.name}.${handler.name}`;
+    const holder = this.#spaces.get(name);
+    if (holder !== undefined && holder.handler !== handler) {
+      throw new TypeError(
+        `The message handlers ${holder.where} and ${where} would share one key space (${name}): one would answer the ` +
+          "other's messages as replays. Give one of them its own `rpc: { keySpace: '...' }` in @Idempotent().",
+      );
+    }
+    this.#spaces.set(name, { handler, where });
+    return `message:nest:${name}`;
+  }
+
+  #build(controller: Type<unknown>, handler: Function, ofClass: Record<string, unknown>, own: Record<string, unknown>): Protection {
     checkRpcOptions(ofClass.rpc);
     checkRpcOptions(own.rpc);
     const merged = { ...this.#options, ...ofClass, ...own } as NestRpcModuleOptions;
@@ -297,8 +330,9 @@ export class NestRpc {
           ? (data: unknown) => keyString(field(data, key), `payload field ${JSON.stringify(key)}`)
           : (data: unknown, context: RpcContext) => keyString(transportKey(context, header), 'the message id');
     // Each handler has its own key space: two handlers of one event both run once.
-    const prefix = `nest-rpc:${where}:`;
-    const run = idempotent(
+    const space = this.#spaceOf(controller, handler, rpc.keySpace);
+    const run = idempotentIn(
+      space,
       (_data: unknown, _context: RpcContext, work: () => Promise<unknown[]>) => work(),
       {
         store: this.#store,
@@ -314,7 +348,7 @@ export class NestRpc {
         key: (data, context) => {
           const value = keyOf(data, context);
           if (value === undefined) throw new IdempotencyKeyError(undefined, `The message has no idempotency key (${keyWhere(key, header)}).`);
-          return prefix + value;
+          return value;
         },
         scope: typeof scope === 'function' ? (data, context) => scope(data, context) as string : undefined,
         fingerprint: fingerprint === false ? undefined : fingerprint ? (data, context) => fingerprint(data, context) : (data) => data,
@@ -334,8 +368,11 @@ export class NestRpc {
     const data = rpc.getData<unknown>();
     const transport = rpc.getContext<RpcContext>();
     if (typeof transport === 'object' && transport !== null) {
-      if (seen.has(transport)) return next.handle();
-      seen.add(transport);
+      // Once per handler: the handlers of one event share its context, and each is protected.
+      const handler = context.getHandler();
+      const handled = seen.get(transport) ?? new Set<Function>();
+      if (handled.has(handler)) return next.handle();
+      seen.set(transport, handled.add(handler));
     }
     void loadRpcException();
     return defer(async () => {

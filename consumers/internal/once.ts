@@ -4,7 +4,8 @@
  * from, and the option checks of the settling options they all have. Internal.
  * @module
  */
-import { idempotent, type IdempotentOptions } from '../../src/idempotent.js';
+import { idempotentIn, type IdempotentOptions } from '../../src/idempotent.js';
+import type { KeySpace } from '../../src/key.js';
 import type { TransactionalStore } from '../../src/transaction.js';
 import { assertFunction } from '../../src/validate.js';
 
@@ -38,11 +39,14 @@ const show = (value: unknown): string =>
   typeof value === 'string' ? JSON.stringify(value) : typeof value === 'function' ? 'a function' : String(value);
 
 /**
- * `idempotent()` around `run`, keyed by the first argument (the message). Options named in
+ * `idempotent()` around `run` in the recipe's own key space (`space`: no HTTP key, other
+ * recipe or `idempotent()` caller can reach its records), keyed by the first argument (the
+ * message). Options named in
  * `own` belong to the recipe and are not passed on. Throws the TypeErrors of bad options
  * when called, so that a recipe fails where it is set up.
  */
 export function onceFor<M, Args extends [M, ...unknown[]], R>(
+  space: KeySpace,
   run: (...args: Args) => R,
   options: MessageOptions<M, Awaited<R>>,
   defaults: MessageDefaults<M>,
@@ -54,12 +58,12 @@ export function onceFor<M, Args extends [M, ...unknown[]], R>(
   assertFunction('key', key);
   if (scope !== undefined) assertFunction('scope', scope);
   if (fingerprint !== undefined && fingerprint !== false) assertFunction('fingerprint', fingerprint);
-  return idempotent(run as unknown as (...args: unknown[]) => Promise<Awaited<R>>, {
+  return idempotentIn(space, run as unknown as (...args: unknown[]) => Promise<Awaited<R>>, {
     ...(rest as IdempotentOptions<unknown[], Awaited<R>> & { store: TransactionalStore<unknown> }),
     key: (message: M) => key(message) as string,
     scope: scope && ((message: M) => scope(message)),
     fingerprint: fingerprint === false || fingerprint === undefined ? undefined : (message: M) => fingerprint(message),
-  } as IdempotentOptions<unknown[], Awaited<R>>) as unknown as (...args: Args) => Promise<Awaited<R>>;
+  } as unknown as IdempotentOptions<unknown[]>) as unknown as (...args: Args) => Promise<Awaited<R>>;
 }
 
 /** A delay in ms: a non-negative integer, or a function of the delivery count returning one. */

@@ -80,27 +80,29 @@ function commandSuite(name: string, setup: () => Promise<{ flags: string[]; stor
           encryption: { keys: [{ id: 'cli-2026', key }] },
         });
         await sealed('sealed-1');
-        const shut = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--json']);
+        const shut = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--entry', 'function', '--json']);
         expect(shut.code).toBe(0);
         expect(shut.stdout).not.toContain('card=4242');
         expect(json(shut)).toMatchObject({ state: 'completed', encryption: { keyId: 'cli-2026', opened: false } });
         expect(json(shut)).not.toHaveProperty('status');
-        const human = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc']);
+        const human = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--entry', 'function']);
         expect(human.stdout).toMatch(/encrypted +under key cli-2026, \d+ bytes sealed; not opened: no keys given/);
         const keys = JSON.stringify([{ id: 'cli-2026', key }]);
-        const opened = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--json'], { IDEMPOTENCY_KEYS: keys });
-        expect(json(opened)).toMatchObject({ encryption: { keyId: 'cli-2026', opened: true }, status: 200, kind: 'function' });
+        const opened = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--entry', 'function', '--json'], { IDEMPOTENCY_KEYS: keys });
+        expect(json(opened)).toMatchObject({ encryption: { keyId: 'cli-2026', opened: true }, status: 200, kind: 'function', entry: 'function' });
+        const elsewhere = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--json']);
+        expect(json(elsewhere)).toMatchObject({ error: { code: 'not-found' } }); // HTTP keys are another key space
         expect((json(opened).body as { text: string }).text).toContain('card=4242');
         const file = path.join(await mkdtemp(path.join(tmpdir(), 'ik-keys-')), 'keys.json');
         await writeFile(file, JSON.stringify([{ id: 'other', key: randomBytes(32).toString('hex') }]));
-        const wrong = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--json', '--keys-file', file]);
+        const wrong = await cli(['inspect', ...flags, '--key', 'sealed-1', '--scope', 'tenant-enc', '--entry', 'function', '--json', '--keys-file', file]);
         expect(json(wrong)).toMatchObject({ encryption: { keyId: 'cli-2026', opened: false, reason: 'key-missing' } });
         await writeFile(file, '[{"id":"x","key":"short"}]');
         const bad = await cli(['inspect', ...flags, '--key', 'sealed-1', '--keys-file', file]);
         expect(bad.code).toBe(2);
         expect(bad.stderr).toMatch(/keys\[0\]\.key` \(key id "x"\) to be 32 bytes/);
       } finally {
-        await store.delete!(storageKey('tenant-enc', 'sealed-1')); // the other tests count the seeded records
+        await store.delete!(storageKey('tenant-enc', 'sealed-1', 'function')); // the other tests count the seeded records
       }
     });
 
@@ -118,6 +120,7 @@ function commandSuite(name: string, setup: () => Promise<{ flags: string[]; stor
       expect(view).toMatchObject({
         key: 'order-42',
         scope: 'tenant-7',
+        entry: 'http',
         storageKey: storageKey('tenant-7', 'order-42'),
         state: 'completed',
         fingerprint: 'fp-order',
@@ -234,6 +237,7 @@ describe('cli usage and failures', () => {
       [['stats', '--store', `sqlite://${dbFile}`, '--wat'], /Unknown option '--wat'/],
       [['inspect', '--store', `sqlite://${dbFile}`], /inspect needs --key/],
       [['stats', '--store', `sqlite://${dbFile}`, '--key', 'k'], /takes no --key/],
+      [['inspect', '--store', `sqlite://${dbFile}`, '--key', 'k', '--entry', 'nats'], /--entry must be http, function, webhook:<provider> or message:<source>, got "nats"/],
       [['stats'], /no store: pass --store URL or set IDEMPOTENCY_STORE/],
       [['stats', '--store', `sqlite://${dbFile}`, '--timeout=soon'], /--timeout must be a positive integer/],
     ];

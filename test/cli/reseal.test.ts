@@ -68,7 +68,7 @@ const app = (store: IdempotencyStore, keys: EncryptionKey[] | undefined) =>
     { store, key: (id: string) => id, scope: () => SCOPE, ...(keys ? { encryption: { keys } } : {}) },
   );
 
-const sk = (id: string) => storageKey(SCOPE, id);
+const sk = (id: string) => storageKey(SCOPE, id, 'function');
 
 async function raw(store: IdempotencyStore, id: string): Promise<CompletedRecord> {
   const record = await store.get(sk(id));

@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
 import { idempotentProcessor, JobRejectedError } from '../../consumers/bullmq.js';
 import { createStore } from '../../drivers/create-store.js';
 import { postgresStore } from '../../drivers/postgres.js';
-import { idempotent } from '../../src/idempotent.js';
+import { idempotentIn } from '../../src/idempotent.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { bundleWorker, crashProof, Proc, sleep, type Line } from './crash-harness.js';
@@ -86,7 +86,8 @@ describe.skipIf(!available)('BullMQ: idempotentProcessor()', () => {
       }
     });
     const processor = idempotentProcessor(async () => 'here', { store, wait: 0, retryDelayMs: 300 });
-    const other = idempotent(async () => {
+    // The recipe's own key space: what another worker's processor claims.
+    const other = idempotentIn('message:bullmq', async () => {
       await held;
       return 'by the other worker';
     }, { store, key: () => 'o-2', scope: () => queueName });

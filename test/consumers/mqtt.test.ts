@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handleMqttMessages, userProperty, type MqttSettlement } from '../../consumers/mqtt.js';
 import { createStore } from '../../drivers/create-store.js';
 import { postgresStore } from '../../drivers/postgres.js';
-import { idempotent } from '../../src/idempotent.js';
+import { idempotentIn } from '../../src/idempotent.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { bundleWorker, crashProof, Proc, sleep, type Line } from './crash-harness.js';
@@ -100,13 +100,15 @@ describe.skipIf(!available)('MQTT: handleMqttMessages()', () => {
     try {
       const doomed = start('doomed', { KILL_BEFORE_ACK: '1' });
       await doomed.waitFor('ready', () => doomed.lines.some((l) => l.ev === 'ready'));
-      await publish(topic, { id: 'd-1', n: 1 }, 'd-1');
+      // A message id of this run's own: the store is shared with earlier runs, and keeps records 10 minutes.
+      const id = `d-${run}`;
+      await publish(topic, { id, n: 1 }, id);
       expect(await doomed.exited).toBe('SIGKILL');
       expect(doomed.lines.map((l) => l.ev)).toEqual(['ready', 'delivery', 'run', 'effect', 'dying-before-ack']);
       const again = start('again');
       await again.waitFor('the redelivery settled', () => again.lines.some((l) => l.ev === 'settle'));
       const settle = again.lines.find((l) => l.ev === 'settle')!;
-      expect(settle).toMatchObject({ id: 'd-1', action: 'ack', outcome: 'done', replayed: true, dup: true });
+      expect(settle).toMatchObject({ id, action: 'ack', outcome: 'done', replayed: true, dup: true });
       again.kill('SIGTERM');
       await again.exited;
       expect((await db.query(`SELECT count(*)::int AS n FROM ${table}`)).rows[0].n).toBe(1);
@@ -126,7 +128,8 @@ describe.skipIf(!available)('MQTT: handleMqttMessages()', () => {
     const payload = JSON.stringify({ id: 'o-2' });
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
-    const other = idempotent(async () => {
+    // The recipe's own key space: what another consumer instance of the recipe claims.
+    const other = idempotentIn('message:mqtt', async () => {
       await held;
       return 'by another consumer';
     }, { store, key: () => 'o-2', fingerprint: () => Buffer.from(payload) });

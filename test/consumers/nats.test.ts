@@ -17,7 +17,7 @@ import { jetStreamHandler, type JetStreamMessage, type JetStreamSettlement } fro
 import { createStore } from '../../drivers/create-store.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { IdempotencyMismatchError } from '../../src/errors.js';
-import { idempotent } from '../../src/idempotent.js';
+import { idempotentIn } from '../../src/idempotent.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { bundleWorker, crashProof, Proc, sleep, type Line } from './crash-harness.js';
@@ -101,7 +101,8 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
     const held = new Promise<void>((resolve) => (release = resolve));
     // Another consumer (same store, same stream scope and payload) is running o-2 now.
     const body = JSON.stringify({ id: 'o-2' });
-    const other = idempotent(async () => {
+    // The recipe's own key space: what another consumer instance of the recipe claims.
+    const other = idempotentIn('message:nats', async () => {
       await held;
       return 'by the other consumer';
     }, { store, key: () => 'o-2', scope: () => stream, fingerprint: () => new TextEncoder().encode(body) });

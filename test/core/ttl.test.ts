@@ -165,8 +165,8 @@ describe('per-operation ttl: idempotent()', () => {
     );
     await handle({ id: 'p', type: 'payment' });
     await handle({ id: 's', type: 'search' });
-    const payment = await store.get(storageKey(undefined, 'p'));
-    const search = await store.get(storageKey(undefined, 's'));
+    const payment = await store.get(storageKey(undefined, 'p', 'function'));
+    const search = await store.get(storageKey(undefined, 's', 'function'));
     expect(payment?.state === 'completed' && payment.expiresAt).toBe(time.now() + 7 * DAY);
     expect(search?.state === 'completed' && search.expiresAt).toBe(time.now() + HOUR);
 
@@ -191,7 +191,7 @@ describe('per-operation ttl: idempotent()', () => {
     expect(await handle()).toBe(1);
     expect(await handle()).toBe(1);
     expect(events.filter((e) => e.type === 'ttl-invalid')).toHaveLength(1);
-    const record = await store.get(storageKey(undefined, 'k'));
+    const record = await store.get(storageKey(undefined, 'k', 'function'));
     expect(record?.state === 'completed' && record.expiresAt).toBe(time.now() + DAY);
     expect(() => idempotent(async () => 1, { store, key: () => 'k', ttl: {} as never })).toThrow(
       'Expected `ttl` to be a positive integer (ms) or a function returning one, got [object Object]',
