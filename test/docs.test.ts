@@ -351,17 +351,26 @@ describe('user docs stand alone', () => {
   });
 });
 
-describe('CONTRIBUTING.md', () => {
-  it('its code-structure tree names folders that exist, and names every top-level folder and every test folder', () => {
+describe('the maps', () => {
+  const folders = (dir: string) =>
+    readdirSync(join(root, dir), { withFileTypes: true })
+      .filter((entry) => entry.isDirectory() && !entry.name.startsWith('.') && !['node_modules', 'dist', 'coverage'].includes(entry.name))
+      .map((entry) => entry.name);
+
+  it('CONTRIBUTING.md links to the one map of the code and names every top-level folder', () => {
     const text = readFileSync(join(root, 'CONTRIBUTING.md'), 'utf8');
-    const tree = /## Code structure\n[\s\S]*?```\n([\s\S]*?)```/.exec(text)?.[1] ?? '';
-    const named = [...tree.matchAll(/^(\S+)\/\s/gm)].map((m) => m[1]!);
+    const structure = /## Code structure\n([\s\S]*?)\n## /.exec(text)?.[1] ?? '';
+    expect(structure).toContain('(docs/architecture.md)');
+    expect(structure).toContain('(test/README.md)');
+    const map = readFileSync(join(root, 'docs/architecture.md'), 'utf8');
+    for (const dir of folders('.')) expect(`${structure}\n${map}`, `${dir}/ is named in neither`).toContain(`${dir}/`);
+  });
+
+  it("test/README.md's table names every test folder, and only folders that exist", () => {
+    const text = readFileSync(join(root, 'test/README.md'), 'utf8');
+    const named = [...text.matchAll(/^\| `([a-z0-9-]+)\/` \|/gm)].map((m) => m[1]!);
     expect(named.length).toBeGreaterThan(10);
-    for (const dir of named) expect(existsSync(join(root, dir)), `${dir}/ is in the tree but not in the repository`).toBe(true);
-    const folders = (dir: string) =>
-      readdirSync(join(root, dir), { withFileTypes: true })
-        .filter((entry) => entry.isDirectory() && !entry.name.startsWith('.') && !['node_modules', 'dist', 'coverage'].includes(entry.name))
-        .map((entry) => (dir === '.' ? entry.name : `${dir}/${entry.name}`));
-    for (const dir of [...folders('.'), ...folders('test')]) expect(named, `${dir}/ is missing from the tree`).toContain(dir);
+    for (const dir of named) expect(existsSync(join(root, 'test', dir)), `test/${dir}/ is in the table but not in the repository`).toBe(true);
+    for (const dir of folders('test')) expect(named, `test/${dir}/ is missing from the table`).toContain(dir);
   });
 });
