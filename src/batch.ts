@@ -17,7 +17,7 @@
 import { idempotent, type IdempotentOptions, type IdempotentTransactionOptions } from './idempotent.js';
 import { failureKind, type FailureKind } from './outcome.js';
 import type { TransactionalStore } from './transaction.js';
-import { assertFunction, assertInteger } from './validate.js';
+import { assertFunction, assertInteger, describeValue } from './validate.js';
 
 interface BatchOptions<M> {
   /**
@@ -72,7 +72,6 @@ export interface BatchResult<M, R> {
   batchItemFailures: { itemIdentifier: string }[];
 }
 
-const show = (value: unknown): string => (typeof value === 'string' ? JSON.stringify(value) : String(value));
 
 /**
  * With `transaction: true`: `handler(message, client)` runs in a transaction of the store's
@@ -106,7 +105,7 @@ export async function idempotentBatch<M, R>(
   options: IdempotentBatchOptions<M, Awaited<R>> | IdempotentBatchTransactionOptions<M, unknown>,
 ): Promise<BatchResult<M, Awaited<R>>> {
   if (messages === null || typeof (messages as Partial<Iterable<M>> | undefined)?.[Symbol.iterator] !== 'function') {
-    throw new TypeError(`Expected \`messages\` to be an array (or another iterable) of messages, got ${show(messages)}`);
+    throw new TypeError(`Expected \`messages\` to be an array (or another iterable) of messages, got ${describeValue(messages)}`);
   }
   assertFunction('handler', handler);
   const { concurrency = 10, itemIdentifier, ...rest } = (options ?? {}) as IdempotentBatchOptions<M>;
@@ -152,7 +151,7 @@ export async function idempotentBatch<M, R>(
       // Left out, the message would count as done and never come back: fail the whole
       // batch instead, so that everything is redelivered (what succeeded then replays).
       throw new TypeError(
-        `Message ${index} of the batch failed, and its \`${itemIdentifier ? 'itemIdentifier' : 'key'}\` gave no id to report it under (got ${id instanceof Error ? `an error: ${id.message}` : show(id)}); ` +
+        `Message ${index} of the batch failed, and its \`${itemIdentifier ? 'itemIdentifier' : 'key'}\` gave no id to report it under (got ${id instanceof Error ? `an error: ${id.message}` : describeValue(id)}); ` +
           'the whole batch is failed so that it is redelivered. Pass `itemIdentifier` (for SQS: `(record) => record.messageId`).',
         { cause: outcome.error },
       );

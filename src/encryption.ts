@@ -20,6 +20,7 @@
 import { createCipheriv, createDecipheriv, createSecretKey, randomFillSync, type KeyObject } from 'node:crypto';
 import { RecordUnreadableError } from './errors.js';
 import type { CompletedRecord, StoredResponse } from './store.js';
+import { describeValue } from './validate.js';
 
 /** One encryption key: an id stored with each record it seals, and 32 bytes of key. */
 export interface EncryptionKey {
@@ -227,28 +228,26 @@ function randomIv(): Buffer {
   return iv;
 }
 
-const show = (value: unknown): string =>
-  typeof value === 'string' ? JSON.stringify(value) : typeof value === 'function' ? 'a function' : value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value === 'object' ? 'an object' : String(value);
 
 /** Check the `encryption` option (precise TypeErrors naming the option and the key id) and make its keyring. */
 export function resolveEncryption(option: unknown, name = 'encryption'): Keyring | undefined {
   if (option === undefined) return undefined;
   if (typeof option !== 'object' || option === null || Array.isArray(option)) {
-    throw new TypeError(`Expected \`${name}\` to be an object like { keys: [{ id: 'k1', key: <32 bytes> }] }, got ${show(option)}`);
+    throw new TypeError(`Expected \`${name}\` to be an object like { keys: [{ id: 'k1', key: <32 bytes> }] }, got ${describeValue(option)}`);
   }
   const { keys, allowPlaintext = true } = option as { keys?: unknown; allowPlaintext?: unknown };
-  if (typeof allowPlaintext !== 'boolean') throw new TypeError(`Expected \`${name}.allowPlaintext\` to be a boolean, got ${show(allowPlaintext)}`);
+  if (typeof allowPlaintext !== 'boolean') throw new TypeError(`Expected \`${name}.allowPlaintext\` to be a boolean, got ${describeValue(allowPlaintext)}`);
   if (!Array.isArray(keys) || keys.length === 0) {
-    throw new TypeError(`Expected \`${name}.keys\` to be a non-empty array of { id, key } (the first one seals), got ${show(keys)}`);
+    throw new TypeError(`Expected \`${name}.keys\` to be a non-empty array of { id, key } (the first one seals), got ${describeValue(keys)}`);
   }
   const resolved: Key[] = [];
   const seen = new Set<string>();
   keys.forEach((entry: unknown, i) => {
     const at = `${name}.keys[${i}]`;
-    if (typeof entry !== 'object' || entry === null) throw new TypeError(`Expected \`${at}\` to be an object { id, key }, got ${show(entry)}`);
+    if (typeof entry !== 'object' || entry === null) throw new TypeError(`Expected \`${at}\` to be an object { id, key }, got ${describeValue(entry)}`);
     const { id, key } = entry as { id?: unknown; key?: unknown };
     if (typeof id !== 'string' || !/^[\x21-\x7e]{1,255}$/.test(id)) {
-      throw new TypeError(`Expected \`${at}.id\` to be a string of 1 to 255 printable ASCII characters (no spaces), got ${show(id)}`);
+      throw new TypeError(`Expected \`${at}.id\` to be a string of 1 to 255 printable ASCII characters (no spaces), got ${describeValue(id)}`);
     }
     if (seen.has(id)) throw new TypeError(`\`${at}.id\` ${JSON.stringify(id)} is listed twice: each key needs an id of its own`);
     seen.add(id);
@@ -265,7 +264,7 @@ function keyBytes(key: unknown, at: string, id: string): Buffer {
     if (key.byteLength !== KEY_BYTES) throw new TypeError(`${expected}, got ${key.byteLength} bytes`);
     return Buffer.from(key); // a copy: the caller's buffer may change
   }
-  if (typeof key !== 'string') throw new TypeError(`${expected}, got ${show(key)}`);
+  if (typeof key !== 'string') throw new TypeError(`${expected}, got ${describeValue(key)}`);
   if (/^[0-9a-fA-F]{64}$/.test(key)) return Buffer.from(key, 'hex');
   if (/^[A-Za-z0-9+/_-]{43}=?$/.test(key)) {
     const bytes = Buffer.from(key, 'base64');

@@ -8,6 +8,7 @@
  * `fingerprintHeaders` always count whole.
  * @module
  */
+import { describeValue } from './validate.js';
 
 /** The field-level form of the `fingerprint` option. */
 export type FingerprintFields = { include: readonly string[]; exclude?: never } | { exclude: readonly string[]; include?: never };
@@ -20,21 +21,19 @@ interface PathNode {
 
 const newNode = (): PathNode => ({ end: false, next: new Map() });
 
-const show = (value: unknown): string =>
-  typeof value === 'string' ? JSON.stringify(value) : Array.isArray(value) ? 'an array' : value === null ? 'null' : typeof value === 'object' ? 'an object' : String(value);
 
 /** The segments of one option path, or a TypeError that says what is wrong with it. */
 function segmentsOf(path: unknown, where: string): string[] {
-  if (typeof path !== 'string') throw new TypeError(`Expected \`${where}\` to be a dotted path such as 'metadata.sent_at', got ${show(path)}`);
+  if (typeof path !== 'string') throw new TypeError(`Expected \`${where}\` to be a dotted path such as 'metadata.sent_at', got ${describeValue(path)}`);
   if (path === '') throw new TypeError(`Expected \`${where}\` to be a dotted path such as 'metadata.sent_at', got an empty string`);
   if (/[[\]]/.test(path)) {
     throw new TypeError(
-      `Expected \`${where}\` to be a dotted path such as 'metadata.sent_at', got ${show(path)}: write form fields' brackets as dots ('metadata[sent_at]' is 'metadata.sent_at'); paths never name an array index`,
+      `Expected \`${where}\` to be a dotted path such as 'metadata.sent_at', got ${describeValue(path)}: write form fields' brackets as dots ('metadata[sent_at]' is 'metadata.sent_at'); paths never name an array index`,
     );
   }
   const segments = path.split('.');
   if (segments.some((s) => s === '')) {
-    throw new TypeError(`Expected \`${where}\` to be a dotted path such as 'metadata.sent_at', got ${show(path)} (an empty segment: a leading, trailing or double dot)`);
+    throw new TypeError(`Expected \`${where}\` to be a dotted path such as 'metadata.sent_at', got ${describeValue(path)} (an empty segment: a leading, trailing or double dot)`);
   }
   return segments;
 }
@@ -58,7 +57,7 @@ export class FieldSelection {
    */
   static from(option: unknown): FieldSelection {
     if (typeof option !== 'object' || option === null || Array.isArray(option)) {
-      throw new TypeError(`Expected \`fingerprint\` to be a function or { include: [...paths] } or { exclude: [...paths] }, got ${show(option)}`);
+      throw new TypeError(`Expected \`fingerprint\` to be a function or { include: [...paths] } or { exclude: [...paths] }, got ${describeValue(option)}`);
     }
     const keys = Object.keys(option);
     const unknown = keys.filter((k) => k !== 'include' && k !== 'exclude');
@@ -72,7 +71,7 @@ export class FieldSelection {
     const mode = include !== undefined ? 'include' : 'exclude';
     const list = include !== undefined ? include : exclude;
     if (list === undefined) throw new TypeError('Expected `fingerprint` to have `include` or `exclude` (a list of dotted paths), got neither');
-    if (!Array.isArray(list)) throw new TypeError(`Expected \`fingerprint.${mode}\` to be an array of dotted paths, got ${show(list)}`);
+    if (!Array.isArray(list)) throw new TypeError(`Expected \`fingerprint.${mode}\` to be an array of dotted paths, got ${describeValue(list)}`);
     if (mode === 'include' && list.length === 0) {
       throw new TypeError('Expected `fingerprint.include` to list at least one path (with none, no field of the body would count)');
     }

@@ -14,7 +14,7 @@ import { hashValue } from './fingerprint.js';
 import type { KeySpace } from './key.js';
 import { splitTtl, type EngineOptions } from './options.js';
 import { deserializeResult, serializeResult } from './serialize.js';
-import { assertFunction } from './validate.js';
+import { assertFunction, describeValue } from './validate.js';
 
 // `any` is needed for the constraint: `unknown[]` parameters would reject every fn that
 // declares a parameter type (parameters are contravariant).
@@ -85,8 +85,6 @@ export type IdempotentFunction<F extends AnyFunction> = (
 const RESULT_STATUS = 200;
 const FINGERPRINT_PREFIX = 'fn:';
 
-const show = (value: unknown): string =>
-  typeof value === 'string' ? JSON.stringify(value) : typeof value === 'bigint' ? `${value}n` : String(value);
 
 function fingerprintOf(value: unknown): string {
   if (value instanceof Uint8Array) {
@@ -155,7 +153,7 @@ export function idempotentIn<F extends AnyFunction>(
   assertFunction('fn', fn);
   const inTransaction = (options as { transaction?: unknown } | null)?.transaction;
   if (inTransaction !== undefined && typeof inTransaction !== 'boolean') {
-    throw new TypeError(`Expected \`transaction\` to be a boolean, got ${show(inTransaction)}`);
+    throw new TypeError(`Expected \`transaction\` to be a boolean, got ${describeValue(inTransaction)}`);
   }
   const [engineOptions, ttlFn] = splitTtl(options as IdempotentOptions<Parameters<F>>);
   if (ttlFn && inTransaction) {
@@ -166,7 +164,7 @@ export function idempotentIn<F extends AnyFunction>(
   const { key: keyFn, scope: scopeFn, fingerprint: fingerprintFn } = options;
   if (typeof keyFn !== 'function') {
     throw new TypeError(
-      `Expected \`key\` to be a function that returns the key from the arguments, e.g. \`(msg) => msg.id\`, got ${show(keyFn)}`,
+      `Expected \`key\` to be a function that returns the key from the arguments, e.g. \`(msg) => msg.id\`, got ${describeValue(keyFn)}`,
     );
   }
   const transactional = engine.options.store as TransactionalStore<unknown>;
@@ -181,7 +179,7 @@ export function idempotentIn<F extends AnyFunction>(
   const scopeOf = (value: unknown): string => {
     if ((typeof value === 'string' && value !== '') || (typeof value === 'number' && Number.isFinite(value))) return String(value);
     throw new ScopeRequiredError(
-      `The \`scope\` function returned ${show(value)}, not a non-empty string or a finite number: the call's key cannot be kept apart from other tenants' keys, so fn was not run.`,
+      `The \`scope\` function returned ${describeValue(value)}, not a non-empty string or a finite number: the call's key cannot be kept apart from other tenants' keys, so fn was not run.`,
     );
   };
 
@@ -189,7 +187,7 @@ export function idempotentIn<F extends AnyFunction>(
     // Everything about the call is checked before fn can run.
     const key: unknown = keyFn(...args);
     if (key === undefined || key === null) throw new IdempotencyKeyError(undefined, 'The key function returned no key.');
-    if (typeof key !== 'string') throw new TypeError(`Expected \`key()\` to return a string, got ${show(key)}`);
+    if (typeof key !== 'string') throw new TypeError(`Expected \`key()\` to return a string, got ${describeValue(key)}`);
     if (key === '') throw new IdempotencyKeyError('empty', 'The key function returned an empty key.');
     const scope = scopeFn === undefined ? undefined : scopeOf(scopeFn(...args));
     const fingerprint = fingerprintFn ? fingerprintOf(fingerprintFn(...args)) : FINGERPRINT_PREFIX;
@@ -220,7 +218,7 @@ export function idempotentIn<F extends AnyFunction>(
           } catch (error) {
             if (!(error instanceof ResultNotStorableError)) throw error;
             throw new ResultNotStorableError(
-              `fn's result cannot be stored: ${error.message}. Its transaction was rolled back and the key ${show(key)} ` +
+              `fn's result cannot be stored: ${error.message}. Its transaction was rolled back and the key ${describeValue(key)} ` +
                 'released, so fn had no effect. Return plain data (JSON values, undefined, Date, Buffer, Uint8Array, Map, ' +
                 'Set, bigint); the result is on `error.result`.',
               { result: value, cause: error },
@@ -251,7 +249,7 @@ export function idempotentIn<F extends AnyFunction>(
       // completes without a result instead, so a repeat gets ResponseNotReplayableError.
       body = null;
       notStorable = new ResultNotStorableError(
-        `fn ran, but its result cannot be stored: ${error.message}. The key ${show(key)} was completed without a ` +
+        `fn ran, but its result cannot be stored: ${error.message}. The key ${describeValue(key)} was completed without a ` +
           'result, so a repeat call throws ResponseNotReplayableError and fn does not run again. Return plain data ' +
           '(JSON values, undefined, Date, Buffer, Uint8Array, Map, Set, bigint); the result is on `error.result`.',
         { result, cause: error },

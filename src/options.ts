@@ -8,7 +8,7 @@ import { resolveEncryption, type EncryptionOptions, type Keyring } from './encry
 import type { IdempotencyEvent } from './events.js';
 import type { IdempotencyStore } from './store.js';
 import type { TelemetryOptions } from './telemetry.js';
-import { assertFunction, assertInteger, assertOneOf } from './validate.js';
+import { assertFunction, assertInteger, assertOneOf, describeValue } from './validate.js';
 
 /** Options shared by the HTTP adapters and `idempotent()`. */
 export interface EngineOptions {
@@ -82,14 +82,14 @@ const storeMethods = ['claim', 'get', 'complete', 'release', 'extend', 'close'] 
 
 export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOptions {
   if (typeof options !== 'object' || options === null) {
-    throw new TypeError(`Expected options to be an object, got ${String(options)}`);
+    throw new TypeError(`Expected options to be an object, got ${describeValue(options)}`);
   }
   const { store } = options;
   if (typeof store !== 'object' || store === null || storeMethods.some((m) => typeof store[m] !== 'function')) {
     throw new TypeError(
       typeof store === 'string'
         ? 'Expected `store` to be a store object, got a string: pass `createStore(url)` instead of the URL'
-        : `Expected \`store\` to be an idempotency store (claim, get, complete, release, extend, close), got ${String(store)}`,
+        : `Expected \`store\` to be an idempotency store (claim, get, complete, release, extend, close), got ${describeValue(store)}`,
     );
   }
   const resolved: ResolvedEngineOptions = {
@@ -129,7 +129,7 @@ export function splitTtl<F extends TtlFunction>(options: Omit<EngineOptions, 'tt
   const ttl = (options as { ttl?: unknown } | null | undefined)?.ttl;
   if (typeof ttl === 'function') return [{ ...options, ttl: undefined }, ttl as F];
   if (ttl !== undefined && typeof ttl !== 'number') {
-    throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${String(ttl)}`);
+    throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${describeValue(ttl)}`);
   }
   // Not an object: the engine says so.
   return [options as EngineOptions, undefined];

@@ -14,6 +14,7 @@ import type { Idempotency } from '../../src/http.js';
 import { checkKey, parseIdempotencyKey, type KeyParseResult } from '../../src/key.js';
 import { problemResponse, problemType, type HttpResponse } from '../../src/problem.js';
 import { deserializeResult, serializeResult } from '../../src/serialize.js';
+import { describeValue } from '../../src/validate.js';
 
 /** The GraphQL context as `@nestjs/apollo` builds it: the HTTP request on `req` (and `res` when the app's `context` puts it there). */
 export interface GraphqlContext {
@@ -78,7 +79,6 @@ export interface GraphqlIdempotencyOptions {
   keyArg?: string | ResolverKeyFunction;
 }
 
-const show = (value: unknown): string => (typeof value === 'string' ? JSON.stringify(value) : String(value));
 
 /** Check `keyArg` where it is written (`@Idempotent()`, the module options). */
 export function checkGraphqlOptions(options: object): void {
@@ -87,7 +87,7 @@ export function checkGraphqlOptions(options: object): void {
   if (typeof keyArg !== 'string' || !/^[^.\s]+(\.[^.\s]+)*$/.test(keyArg)) {
     throw new TypeError(
       "Expected `keyArg` to be an argument name, a dotted path into an argument ('input.idempotencyKey') " +
-        `or a function (args, context, info) => key, got ${show(keyArg)}`,
+        `or a function (args, context, info) => key, got ${describeValue(keyArg)}`,
     );
   }
 }

@@ -18,7 +18,7 @@ import { idempotentIn } from '../../src/idempotent.js';
 import type { KeySpace } from '../../src/key.js';
 import type { EngineOptions } from '../../src/options.js';
 import { serializeResult } from '../../src/serialize.js';
-import { assertFunction, assertInteger } from '../../src/validate.js';
+import { assertFunction, assertInteger, describeValue } from '../../src/validate.js';
 
 /**
  * The transport context a message handler gets (`@Ctx()`): a `NatsContext`, an
@@ -111,32 +111,31 @@ export interface RpcRefusal {
 const RPC_KEYS = new Set(['key', 'scope', 'fingerprint', 'required', 'ttl', 'onReplay', 'keySpace']);
 /** `@nestjs/microservices`' metadata key of `@MessagePattern()` / `@EventPattern()` (stable in Nest 11 and 12). */
 const PATTERN_METADATA = 'microservices:pattern';
-const show = (value: unknown): string => (typeof value === 'string' ? JSON.stringify(value) : String(value));
 
 /** Checks `rpc` options (module, class or handler level), with a TypeError naming the option. */
 export function checkRpcOptions(rpc: unknown): asserts rpc is IdempotentRpcOptions | undefined {
   if (rpc === undefined) return;
   if (typeof rpc !== 'object' || rpc === null || Array.isArray(rpc)) {
-    throw new TypeError(`Expected \`rpc\` to be an options object, got ${show(rpc)}`);
+    throw new TypeError(`Expected \`rpc\` to be an options object, got ${describeValue(rpc)}`);
   }
   for (const name of Object.keys(rpc)) {
     if (!RPC_KEYS.has(name)) throw new TypeError(`Unknown \`rpc\` option \`${name}\` (expected one of ${[...RPC_KEYS].join(', ')})`);
   }
   const { key, scope, fingerprint, required, ttl, onReplay, keySpace } = rpc as IdempotentRpcOptions;
   if (keySpace !== undefined && (typeof keySpace !== 'string' || keySpace === '')) {
-    throw new TypeError(`Expected \`rpc.keySpace\` to be a non-empty string, got ${show(keySpace)}`);
+    throw new TypeError(`Expected \`rpc.keySpace\` to be a non-empty string, got ${describeValue(keySpace)}`);
   }
   if (key !== undefined && typeof key !== 'function' && (typeof key !== 'string' || key === '')) {
-    throw new TypeError(`Expected \`rpc.key\` to be a payload field name or a function (data, context) => key, got ${show(key)}`);
+    throw new TypeError(`Expected \`rpc.key\` to be a payload field name or a function (data, context) => key, got ${describeValue(key)}`);
   }
   if (scope !== undefined && scope !== 'shared' && typeof scope !== 'function') {
-    throw new TypeError(`Expected \`rpc.scope\` to be a function (data, context) => tenant or 'shared', got ${show(scope)}`);
+    throw new TypeError(`Expected \`rpc.scope\` to be a function (data, context) => tenant or 'shared', got ${describeValue(scope)}`);
   }
   if (fingerprint !== undefined && fingerprint !== false && typeof fingerprint !== 'function') {
-    throw new TypeError(`Expected \`rpc.fingerprint\` to be a function (data, context) => value or false, got ${show(fingerprint)}`);
+    throw new TypeError(`Expected \`rpc.fingerprint\` to be a function (data, context) => value or false, got ${describeValue(fingerprint)}`);
   }
   if (required !== undefined && typeof required !== 'boolean') {
-    throw new TypeError(`Expected \`rpc.required\` to be a boolean, got ${show(required)}`);
+    throw new TypeError(`Expected \`rpc.required\` to be a boolean, got ${describeValue(required)}`);
   }
   if (ttl !== undefined) assertInteger('rpc.ttl', ttl, 1);
   if (onReplay !== undefined) assertFunction('rpc.onReplay', onReplay);

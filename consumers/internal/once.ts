@@ -7,7 +7,7 @@
 import { idempotentIn, type IdempotentOptions } from '../../src/idempotent.js';
 import type { KeySpace } from '../../src/key.js';
 import type { TransactionalStore } from '../../src/transaction.js';
-import { assertFunction } from '../../src/validate.js';
+import { assertFunction, describeValue } from '../../src/validate.js';
 
 /** Options every recipe takes: those of `idempotent()`, with the key, scope and fingerprint of a message defaulted. */
 export interface MessageOptions<M, R> extends Omit<IdempotentOptions<[M], R>, 'key' | 'scope' | 'fingerprint'> {
@@ -35,8 +35,6 @@ export interface MessageDefaults<M> {
   fingerprint?: (message: M) => unknown;
 }
 
-const show = (value: unknown): string =>
-  typeof value === 'string' ? JSON.stringify(value) : typeof value === 'function' ? 'a function' : String(value);
 
 /**
  * `idempotent()` around `run` in the recipe's own key space (`space`: no HTTP key, other
@@ -52,7 +50,7 @@ export function onceFor<M, Args extends [M, ...unknown[]], R>(
   defaults: MessageDefaults<M>,
   own: readonly string[],
 ): (...args: Args) => Promise<Awaited<R>> {
-  if (typeof options !== 'object' || options === null) throw new TypeError(`Expected options with a \`store\`, got ${show(options)}`);
+  if (typeof options !== 'object' || options === null) throw new TypeError(`Expected options with a \`store\`, got ${describeValue(options)}`);
   const { key = defaults.key, scope = defaults.scope, fingerprint = defaults.fingerprint, ...rest } = options;
   for (const name of own) delete (rest as Record<string, unknown>)[name];
   assertFunction('key', key);
@@ -70,7 +68,7 @@ export function onceFor<M, Args extends [M, ...unknown[]], R>(
 export function assertDelay(name: string, value: unknown): void {
   if (typeof value === 'function') return;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) {
-    throw new TypeError(`Expected \`${name}\` to be a non-negative integer (ms) or a function returning one, got ${show(value)}`);
+    throw new TypeError(`Expected \`${name}\` to be a non-negative integer (ms) or a function returning one, got ${describeValue(value)}`);
   }
 }
 

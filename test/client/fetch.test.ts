@@ -291,7 +291,7 @@ describe('createIdempotentFetch: options', () => {
       [{ key: 'abc' as never }, 'Expected `key` to be a function, got "abc"'],
       [{ retryServerErrors: 'yes' as never }, 'Expected `retryServerErrors` to be a boolean, got string'],
       [{ onAttempt: 1 as never }, 'Expected `onAttempt` to be a function, got 1'],
-      [{ fetch: {} as never }, 'Expected `fetch` to be a function, got [object Object]'],
+      [{ fetch: {} as never }, 'Expected `fetch` to be a function, got an object'],
     ];
     for (const [options, message] of cases) {
       expect(() => createIdempotentFetch(options), message).toThrow(new TypeError(message));
