@@ -413,10 +413,3 @@ function decodeQuotedPrintable(bytes: Buffer): Buffer {
   }
   return out.subarray(0, n);
 }
-
-/** The parts of a whole multipart body given as chunks, or `undefined` (see {@link MultipartScanner}). */
-export function multipartParts(chunks: readonly Uint8Array[], boundary: string): MultipartPart[] | undefined {
-  const scanner = new MultipartScanner(boundary);
-  for (const chunk of chunks) scanner.write(chunk);
-  return scanner.end();
-}
