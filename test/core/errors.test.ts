@@ -1,6 +1,8 @@
+import { readFileSync } from 'node:fs';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import * as errors from '../../src/errors.js';
+import { WebhookSignatureError } from '../../consumers/webhooks.js';
 
 describe('errors (C4)', () => {
   it('C4: every error has a stable code, a status and a name of its own', () => {
@@ -14,7 +16,17 @@ describe('errors (C4)', () => {
       [new errors.BodyTooLargeError(1), 'body-too-large', 413],
       [new errors.ResultNotStorableError('m'), 'result-not-storable', 500],
       [new errors.RecordUnreadableError('k1', 'key-missing'), 'record-unreadable', 500],
+      [new errors.LeaseLostError(), 'lease-lost', 409],
+      [new errors.TransactionConflictError(3, new Error('deadlock')), 'transaction-conflict', 409],
+      [new errors.ScopeRequiredError('m'), 'scope-required', 500],
+      [new WebhookSignatureError('m'), 'webhook-signature-invalid', 400],
     ];
+    // Every code of IdempotencyErrorCode has its case here: the list is read from the source.
+    const source = readFileSync(new URL('../../src/errors.ts', import.meta.url), 'utf8');
+    const union = /export type IdempotencyErrorCode =([^;]+);/.exec(source)![1]!;
+    const declared = [...union.matchAll(/'([a-z-]+)'/g)].map((m) => m[1]);
+    expect(declared.length).toBeGreaterThanOrEqual(13);
+    expect(cases.map(([, code]) => code).sort()).toEqual([...declared].sort());
     for (const [error, code, status] of cases) {
       expect(error.code).toBe(code);
       expect(error.status).toBe(status);
