@@ -1,5 +1,5 @@
 /**
- * `idempotentBatch()` (issue 31, point 2) on real stores: each message claimed on its own,
+ * `idempotentBatch()` on real stores: each message claimed on its own,
  * bounded concurrency, successes and failures reported (with the SQS `batchItemFailures`
  * shape), and a batch redelivered after its process was SIGKILLed mid-batch runs only the
  * messages that had not finished (C1–C3 per message).

@@ -1,5 +1,5 @@
 /**
- * BullMQ (issue 31) on the Redis here: `idempotentProcessor()` in a real Worker. Each
+ * BullMQ on the Redis here: `idempotentProcessor()` in a real Worker. Each
  * outcome does to the job what docs/consumers.md says (C1–C3): completes with the result
  * (or the replayed one), moves it to delayed on a conflict or an unavailable store without
  * using an attempt, lets BullMQ retry a throwing handler, fails a mismatch for good. Then

@@ -1,5 +1,5 @@
 /**
- * The crash proof every broker recipe runs (issue 31, point 4), the way the RabbitMQ test
+ * The crash proof every broker recipe runs, the way the RabbitMQ test
  * does: several consumer processes on one shared store, every message published at least
  * twice, consumers SIGKILLed at random moments while they hold messages (and restarted,
  * under the same identity where the broker redelivers to it), CPU-bound load processes

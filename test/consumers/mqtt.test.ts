@@ -1,5 +1,5 @@
 /**
- * MQTT QoS 1 on Mosquitto (issue 31): `handleMqttMessages()` on an mqtt.js 5 client. The
+ * MQTT QoS 1 on Mosquitto: `handleMqttMessages()` on an mqtt.js 5 client. The
  * PUBACK goes out after the effect; packet ids are reused, so the key is the MQTT 5 user
  * property `message-id`; a copy published again, and a message the broker sends again
  * after a reconnect because its PUBACK never went out, replay instead of running (C1–C3).

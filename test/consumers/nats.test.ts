@@ -1,5 +1,5 @@
 /**
- * NATS JetStream (issue 31): `jetStreamHandler()` against the real server. Each outcome
+ * NATS JetStream: `jetStreamHandler()` against the real server. Each outcome
  * settles the message as docs/consumers.md says (C1–C3): ack after the effect, nak(delay)
  * on a conflict or an unavailable store, nak then term for a handler that keeps failing,
  * term for a mismatch or a message without a key, working() during a long handler. Then

@@ -1,5 +1,5 @@
 /**
- * Inbound webhooks (issue 31, point 3) over real HTTP: Express (with express.raw() and with
+ * Inbound webhooks over real HTTP: Express (with express.raw() and with
  * no body parser) and Hono on @hono/node-server (fetch), bodies signed by the providers'
  * own libraries (the Stripe SDK's generateTestHeaderString, @octokit/webhooks' sign,
  * standardwebhooks' sign) and sent with fetch. The signature is checked first, so an

@@ -1,5 +1,5 @@
 /**
- * How duplicates wait (issue 12): in memory behind a request of the same process, on the
+ * How duplicates wait: in memory behind a request of the same process, on the
  * store's wake-ups across processes, polling only without them. Two store objects over one
  * Map stand for two processes sharing a store; a small bus gives them the optional
  * `subscribe` capability the Redis and PostgreSQL drivers implement (tested for real in

@@ -1,5 +1,5 @@
 /**
- * Crash recovery (issue 7, parts 1 and 2) on every store shared across processes:
+ * Crash recovery on every store shared across processes:
  * - a server killed with SIGKILL mid-handler: duplicates get 409 until its lease ends,
  *   then exactly one re-execution, then replays (H8, H9, H17);
  * - a server paused past its lease (SIGSTOP / SIGCONT): another takes over and executes;

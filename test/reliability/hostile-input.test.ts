@@ -1,5 +1,5 @@
 /**
- * Hostile input (issue 7, part 4), property-based with fast-check, over real sockets to a
+ * Hostile input, property-based with fast-check, over real sockets to a
  * child server (Node adapter) on every store: keys of random bytes, 10 kB, CR/LF, quotes,
  * commas, SQL and Lua metacharacters, non-ASCII; bodies huge, deeply nested, invalid
  * JSON, wrong content type. Every answer is a 4xx (or the handler's 201), never a 5xx,

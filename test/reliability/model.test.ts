@@ -1,5 +1,5 @@
 /**
- * Model-based test of the engine (issue 7, part 5): fast-check drives random interleavings
+ * Model-based test of the engine: fast-check drives random interleavings
  * of begin / complete / release / renew / clock advance (so leases and records expire)
  * and concurrent begin races for 2–5 actors, over two scopes sharing key names, against
  * a small reference model of SPEC §1. After every step the engine must agree with the

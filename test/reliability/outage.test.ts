@@ -1,5 +1,5 @@
 /**
- * Store outages (issue 7, part 3): Redis paused (`CLIENT PAUSE`) or its connections
+ * Store outages: Redis paused (`CLIENT PAUSE`) or its connections
  * killed, PostgreSQL connections terminated (`pg_terminate_backend`), each during the
  * claim and during the completion. Before the handler: 503 `store-unavailable`, fail
  * closed, handler not run (H16). After it: the client still gets the handler's response

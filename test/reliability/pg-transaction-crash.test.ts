@@ -1,5 +1,5 @@
 /**
- * Effect and record in one PostgreSQL transaction (issue 15), proven by crashing: consumer
+ * Effect and record in one PostgreSQL transaction, proven by crashing: consumer
  * processes (fixtures/pg-transaction-worker.ts) are SIGKILLed at every point of a job:
  * before the business write, after it but before COMMIT, right before COMMIT is sent,
  * after COMMIT before the answer, and at random moments. After each kill the job is

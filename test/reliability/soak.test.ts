@@ -1,5 +1,5 @@
 /**
- * Soak (issue 7, part 6): 60 s of mixed traffic — new keys, replays, duplicate storms
+ * Soak: 60 s of mixed traffic — new keys, replays, duplicate storms
  * across both servers, mismatches — on two server processes sharing Redis, and at the
  * same time on two sharing PostgreSQL. Executions must equal unique keys, no request
  * may fail, and at the end the servers' memory and active handles (timers, sockets)

@@ -1,5 +1,5 @@
 /**
- * The duplicate storm of issue 12, on every store several processes can share: 4 server
+ * The duplicate storm, on every store several processes can share: 4 server
  * processes (Node adapter, default options) on one store, 100 keys x 8 identical requests
  * sent at once (2 per key to each server), a 50 ms handler, and CPU-bound load processes
  * started here beside them (each bounded in time, killed afterwards). Every request must

@@ -1,5 +1,5 @@
 /**
- * Effect and record in one PostgreSQL transaction (issue 15): the business write and the
+ * Effect and record in one PostgreSQL transaction: the business write and the
  * stored result commit together or not at all, on the application's own pool.
  */
 import { randomUUID } from 'node:crypto';
