@@ -6,6 +6,7 @@
  * and `Response` of the process it runs in.
  */
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createAdaptorServer } from '@hono/node-server';
@@ -14,6 +15,7 @@ import { afterAll, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { withIdempotency } from '../../adapters/fetch.js';
 import { idempotency } from '../../adapters/hono.js';
+import { keptParts, unreadNodeIncoming } from '../../adapters/internal/hono-node-server.js';
 import { recordResponse } from '../../adapters/internal/web-io.js';
 import type { CapturedResponse, HttpClaim } from '../../src/http.js';
 import { expectProblem, send, sendAndAbort, type Reply, type SendOptions } from './client.js';
@@ -470,5 +472,40 @@ describe('the fetch adapter on @hono/node-server', () => {
     expect(await chunked(['abcdef'], key)).toEqual({ status: 201, text: '2:abcdef' });
     expect((await chunked(['x'.repeat(10), 'x'.repeat(10)], randomUUID())).status).toBe(413);
     expect(runs).toBe(2);
+  });
+});
+
+describe("@hono/node-server's private state, pinned to the installed version", () => {
+  it('the lightweight Request and Response keep what hono-node-server.ts reads; anything else takes the standard path', async () => {
+    const installed = (JSON.parse(readFileSync(new URL('../../node_modules/@hono/node-server/package.json', import.meta.url), 'utf8')) as { version: string }).version;
+    // Checked against 2.x. Another major may keep its state elsewhere: then the layer falls
+    // back to the public path (correct, slower) and this test says where to look.
+    expect(installed, 'review adapters/internal/hono-node-server.ts against this @hono/node-server release').toMatch(/^2\./);
+    const seen: Array<[string, unknown]> = [];
+    const app = new Hono();
+    app.post('/peek', async (c) => {
+      seen.push(['request before any read', unreadNodeIncoming(c.req.raw) !== undefined]);
+      const response = c.text('kept as given', 201);
+      seen.push(['c.text response', keptParts(response)?.[1]]);
+      seen.push(['a native Response', keptParts(new NativeResponse('x'))]);
+      await c.req.raw.text();
+      seen.push(['request after it was read', unreadNodeIncoming(c.req.raw)]);
+      return response;
+    });
+    const server = createAdaptorServer({ fetch: app.fetch }) as http.Server;
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+      const reply = await fetch(`${base}/peek`, { method: 'POST', body: 'x' });
+      expect(reply.status).toBe(201);
+      expect(Object.fromEntries(seen)).toEqual({
+        'request before any read': true,
+        'c.text response': 'kept as given',
+        'a native Response': undefined,
+        'request after it was read': undefined,
+      });
+    } finally {
+      server.close();
+    }
   });
 });
