@@ -23,7 +23,6 @@ import {
   abandonOnClose,
   assertDeclaredLength,
   bodyConsumed,
-  captureExpressResponse,
   isMultipart,
   keyHeaderLines,
   readBody,
@@ -31,6 +30,7 @@ import {
   sendResponse,
   setRequestBody,
 } from './internal/node-io.js';
+import { captureExpressResponse } from './internal/express-response.js';
 import { uploadBody, type UploadSource } from './internal/uploads.js';
 
 /** The plugin options: every option of `IdempotencyOptions`; `scope`, `fingerprint` get Express's `req`. */

@@ -63,13 +63,13 @@ import {
   abandonOnClose,
   assertDeclaredLength,
   bodyConsumed,
-  captureExpressResponse,
   keyHeaderLines,
   readBody,
   restoreBody,
   sendResponse,
   setRequestBody,
 } from './internal/node-io.js';
+import { captureExpressResponse } from './internal/express-response.js';
 import { NestRpc, checkRpcOptions, type IdempotentRpcOptions } from './internal/nest-rpc.js';
 import { checkGraphqlOptions, checkResolverLayer, graphqlExtensions, resolverCovered, runResolver, type GraphqlIdempotencyOptions } from './internal/nest-graphql.js';
 

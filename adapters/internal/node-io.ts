@@ -5,10 +5,9 @@
  * public entry point.
  * @module
  */
-import { ServerResponse, validateHeaderName, validateHeaderValue, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
+import { validateHeaderName, validateHeaderValue, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { Readable, Transform } from 'node:stream';
 import { BodyTooLargeError } from '../../src/errors.js';
-import { ObjectSlot } from '../../src/object-slot.js';
 import { isJsonType, RawBody } from '../../src/fingerprint.js';
 import { BodyRecorder } from './body-recorder.js';
 import { endAfterDrain } from './drain.js';
@@ -178,9 +177,9 @@ export interface ResponseCapture {
   detach(): void;
 }
 
-type WriteHead = (...args: unknown[]) => ServerResponse;
-type Write = (...args: unknown[]) => boolean;
-type End = (...args: unknown[]) => ServerResponse;
+export type WriteHead = (...args: unknown[]) => ServerResponse;
+export type Write = (...args: unknown[]) => boolean;
+export type End = (...args: unknown[]) => ServerResponse;
 
 const CAPTURE: unique symbol = Symbol('idempotency-kit.capture');
 type CapturedServerResponse = ServerResponse & { [CAPTURE]?: Capture };
@@ -191,7 +190,7 @@ type CapturedServerResponse = ServerResponse & { [CAPTURE]?: Capture };
  * closures: nothing ties the request and response to longer-lived objects, and both die
  * young with the request (see docs/benchmarks.md#what-earlier-rounds-learned).
  */
-class Capture implements ResponseCapture {
+export class Capture implements ResponseCapture {
   ended = false;
   readonly recorder: BodyRecorder;
   /** Headers passed to writeHead (they never reach `getHeaders()`), lower-cased. */
@@ -221,18 +220,7 @@ class Capture implements ResponseCapture {
   }
 }
 
-/**
- * A capture found through the shared table (captureExpressResponse) instead of the
- * response's own properties: stopping it only forgets the response, whose methods were
- * never replaced.
- */
-class SharedCapture extends Capture {
-  override detach(): void {
-    captures.delete(this.res);
-  }
-}
-
-function writeHeadWith(capture: Capture, res: ServerResponse, args: unknown[]): ServerResponse {
+export function writeHeadWith(capture: Capture, res: ServerResponse, args: unknown[]): ServerResponse {
   const headers = headersFromArgs(args);
   if (headers) {
     const kept = { ...capture.headHeaders };
@@ -242,12 +230,12 @@ function writeHeadWith(capture: Capture, res: ServerResponse, args: unknown[]): 
   return capture.writeHead.apply(res, args);
 }
 
-function writeWith(capture: Capture, res: ServerResponse, args: unknown[]): boolean {
+export function writeWith(capture: Capture, res: ServerResponse, args: unknown[]): boolean {
   capture.keep(args[0], args[1]);
   return capture.write.apply(res, args);
 }
 
-function endWith(capture: Capture, res: ServerResponse, args: unknown[]): ServerResponse {
+export function endWith(capture: Capture, res: ServerResponse, args: unknown[]): ServerResponse {
   if (capture.ended) return capture.end.apply(res, args);
   capture.ended = true;
   const chunk = typeof args[0] === 'function' ? undefined : args[0];
@@ -295,87 +283,6 @@ export function captureResponse(res: ServerResponse, claim: HttpClaim): Response
       return endWith(capture, this, args);
     } as ServerResponse['end'];
   }
-  return capture;
-}
-
-/**
- * The captures of Express responses, by response. Express gives every response a prototype
- * of its own app (and then `res.locals`), after which each property added to a response
- * makes V8 build that response a hidden class of its own, 10 to 30 µs for the four a
- * capture adds, against about 2 µs on a Node `http` response: the capture's methods are
- * shared, and the capture itself goes beside the response (the adapter declared it).
- */
-const captures = new ObjectSlot<SharedCapture>('capture');
-
-/** Express's response objects (one per copy of Express) that carry the shared wrappers. */
-const patched = new WeakSet<object>();
-
-const nodeResponse = ServerResponse.prototype as unknown as { writeHead: WriteHead; write: Write; end: End };
-
-// The wrappers put once on Express's response object: a response with a capture is
-// recorded, any other passes straight to Node's own method (read at each call, so that a
-// later patch of Node's prototype, by an APM agent say, still runs).
-function sharedWriteHead(this: ServerResponse, ...args: unknown[]): ServerResponse {
-  const capture = captures.get(this);
-  if (capture === undefined) return nodeResponse.writeHead.apply(this, args);
-  return writeHeadWith(capture, this, args);
-}
-function sharedWrite(this: ServerResponse, ...args: unknown[]): boolean {
-  const capture = captures.get(this);
-  if (capture === undefined) return nodeResponse.write.apply(this, args);
-  return writeWith(capture, this, args);
-}
-function sharedEnd(this: ServerResponse, ...args: unknown[]): ServerResponse {
-  const capture = captures.get(this);
-  if (capture === undefined) return nodeResponse.end.apply(this, args);
-  return endWith(capture, this, args);
-}
-
-/**
- * Express's own response object in this response's prototype chain: the one directly above
- * Node's `ServerResponse.prototype`, from which every app's (and mounted sub-app's)
- * response object descends. Undefined for a response that is not Express's, or when that
- * object defines its own `writeHead`, `write` or `end` (not ours to wrap).
- */
-function expressResponseObject(res: ServerResponse): object | undefined {
-  let object: object | null = Object.getPrototypeOf(res) as object | null;
-  if (object === ServerResponse.prototype) return undefined;
-  while (object !== null) {
-    const parent = Object.getPrototypeOf(object) as object | null;
-    if (parent === ServerResponse.prototype) {
-      if (patched.has(object)) return object;
-      if (Object.hasOwn(object, 'writeHead') || Object.hasOwn(object, 'write') || Object.hasOwn(object, 'end')) return undefined;
-      return object;
-    }
-    object = parent;
-  }
-  return undefined;
-}
-
-/**
- * captureResponse for an Express response, without adding properties to it. The capturing
- * `writeHead`, `write` and `end` are put once on Express's response object (the first time
- * a response of that copy of Express is captured), and find the capture in a table; a
- * response without one goes straight to Node's methods. Falls back to captureResponse when
- * the response's `writeHead`, `write` or `end` is not the shared one: something before us
- * replaced it on the response (compression, express-session, on-headers), a second layer
- * captures the same response, or the response is not Express's.
- */
-export function captureExpressResponse(res: ServerResponse, claim: HttpClaim): ResponseCapture {
-  if (res.end !== sharedEnd || res.write !== sharedWrite || res.writeHead !== sharedWriteHead) {
-    const object = expressResponseObject(res);
-    if (object !== undefined && !patched.has(object)) {
-      const methods = object as { writeHead: unknown; write: unknown; end: unknown };
-      methods.writeHead = sharedWriteHead;
-      methods.write = sharedWrite;
-      methods.end = sharedEnd;
-      patched.add(object);
-    }
-    if (res.end !== sharedEnd || res.write !== sharedWrite || res.writeHead !== sharedWriteHead) return captureResponse(res, claim);
-  }
-  if (captures.get(res) !== undefined) return captureResponse(res, claim);
-  const capture = new SharedCapture(res, claim, nodeResponse.writeHead, nodeResponse.write, nodeResponse.end);
-  captures.set(res, capture);
   return capture;
 }
 
