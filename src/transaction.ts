@@ -61,6 +61,40 @@ export interface TransactionalStore<Client = TransactionClient> extends Idempote
   transaction<T>(work: (client: Client) => Promise<T>, completion?: TransactionCompletion<T>): Promise<TransactionOutcome<T>>;
 }
 
+/**
+ * One SQL statement of a store, in the store's own dialect: `$1`, `$2`… placeholders on
+ * PostgreSQL (a number may repeat), `?` on MySQL.
+ */
+export interface TransactionStatement {
+  dialect: 'postgres' | 'mysql';
+  text: string;
+  values: unknown[];
+}
+
+/** A statement's answer: the rows it returned, and how many rows it changed when the driver says. */
+export interface TransactionStatementResult {
+  rows: Record<string, unknown>[];
+  affectedRows?: number;
+}
+
+/**
+ * A transaction opened with an ORM's or query builder's own API (Drizzle, Kysely, Knex,
+ * TypeORM, Prisma, MikroORM: `idempotency-kit/transactions/<name>`), for a store to write
+ * its record in. `run(body)` opens a transaction, calls `body` with the ORM's own
+ * transaction object and a function that runs one statement on that transaction's
+ * connection, commits once when `body` resolves and rolls back when it throws.
+ * Give it to the store (`postgresStore({ url, transactions })`, `mysqlStore(...)`); the
+ * handler then gets `tx` through `inTransaction(req, work)`, `idempotent(fn, { transaction:
+ * true })` or `@IdempotentTransaction()`.
+ */
+export interface TransactionRunner<Tx> {
+  /** The ORM, for messages (`'drizzle'`). */
+  readonly name: string;
+  /** The database the ORM talks to, when it can tell: a store refuses a runner on another kind of database. */
+  readonly dialect?: 'postgres' | 'mysql';
+  run<T>(body: (tx: Tx, execute: (statement: TransactionStatement) => Promise<TransactionStatementResult>) => Promise<T>): Promise<T>;
+}
+
 export function isTransactionalStore(store: IdempotencyStore): store is TransactionalStore<unknown> {
   return typeof (store as Partial<TransactionalStore<unknown>>).transaction === 'function';
 }
