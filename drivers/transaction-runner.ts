@@ -50,14 +50,14 @@ export interface RunnerTransactionOptions {
 
 /**
  * The database's own code for an error that an ORM may have wrapped: a PostgreSQL SQLSTATE
- * (`'40001'`) or a MySQL error number (`'1213'`), looked for on the error, its `cause`, its
- * `driverError` (TypeORM) and its `meta` (Prisma).
+ * (`'40001'`) or a MySQL error number (`'errno:1213'`; SQLSTATEs may be all digits too),
+ * looked for on the error, its `cause`, its `driverError` (TypeORM) and its `meta` (Prisma).
  */
 export function databaseCode(error: unknown, depth = 0): string | undefined {
   if (typeof error !== 'object' || error === null || depth > 6) return undefined;
   const e = error as Record<string, unknown>;
   // MySQL's number first (its errors carry a SQLSTATE too); Node's own errnos are negative.
-  if (typeof e.errno === 'number' && e.errno > 0) return String(e.errno);
+  if (typeof e.errno === 'number' && e.errno > 0) return `errno:${e.errno}`;
   for (const field of ['code', 'originalCode']) {
     const value = e[field];
     // A SQLSTATE's class is two digits or F0, HV, P0, XX: never Node's `EPIPE`.
@@ -72,10 +72,10 @@ export function databaseCode(error: unknown, depth = 0): string | undefined {
 
 // PostgreSQL: serialization failure, deadlock. MySQL / MariaDB: deadlock (the transaction
 // was rolled back whole); a lock wait timeout rolls back only the statement, so it is not here.
-const RETRYABLE = new Set(['40001', '40P01', '1213']);
+const RETRYABLE = new Set(['40001', '40P01', 'errno:1213']);
 // MySQL / MariaDB client and server codes for a connection gone: server gone away (2006),
 // lost during a query (2013), server shutdown (1053), connection killed (1927, MariaDB).
-const MYSQL_GONE = new Set(['2006', '2013', '1053', '1927']);
+const MYSQL_GONE = new Set(['errno:2006', 'errno:2013', 'errno:1053', 'errno:1927']);
 
 /**
  * The connection, not a statement, failed: no database code at all (a reset, a timeout, a
@@ -86,7 +86,7 @@ const MYSQL_GONE = new Set(['2006', '2013', '1053', '1927']);
 export function connectionLost(error: unknown): boolean {
   const code = databaseCode(error);
   if (code === undefined) return true;
-  if (/^\d+$/.test(code)) return MYSQL_GONE.has(code);
+  if (code.startsWith('errno:')) return MYSQL_GONE.has(code);
   return code.startsWith('08') || code.startsWith('57P');
 }
 
