@@ -58,6 +58,8 @@ export function databaseCode(error: unknown, depth = 0): string | undefined {
   const e = error as Record<string, unknown>;
   // MySQL's number first (its errors carry a SQLSTATE too); Node's own errnos are negative.
   if (typeof e.errno === 'number' && e.errno > 0) return `errno:${e.errno}`;
+  // Prisma's driver adapters: `{ kind: 'mysql', code: 1213 }`, `{ kind: 'postgres', code: '40001' }`.
+  if (e.kind === 'mysql' && typeof e.code === 'number') return `errno:${e.code}`;
   for (const field of ['code', 'originalCode']) {
     const value = e[field];
     // A SQLSTATE's class is two digits or F0, HV, P0, XX: never Node's `EPIPE`.
@@ -86,8 +88,20 @@ const MYSQL_GONE = new Set(['errno:2006', 'errno:2013', 'errno:1053', 'errno:192
 export function connectionLost(error: unknown): boolean {
   const code = databaseCode(error);
   if (code === undefined) return true;
-  if (code.startsWith('errno:')) return MYSQL_GONE.has(code);
+  if (code.startsWith('errno:')) return MYSQL_GONE.has(code) || sqlStateOf(error)?.startsWith('08') === true;
   return code.startsWith('08') || code.startsWith('57P');
+}
+
+/** The SQLSTATE beside a MySQL error number (mysql2's `sqlState`, Prisma's `state`): class 08 is a connection exception. */
+function sqlStateOf(error: unknown, depth = 0): string | undefined {
+  if (typeof error !== 'object' || error === null || depth > 6) return undefined;
+  const e = error as Record<string, unknown>;
+  for (const field of ['sqlState', 'state']) if (typeof e[field] === 'string') return e[field];
+  for (const inner of [e.cause, e.driverError, e.meta, (e.meta as Record<string, unknown> | undefined)?.driverAdapterError]) {
+    const state = sqlStateOf(inner, depth + 1);
+    if (state !== undefined) return state;
+  }
+  return undefined;
 }
 
 /**
@@ -203,7 +217,8 @@ export function runnerTransaction<Tx>(runner: TransactionRunner<Tx>, options: Ru
             throw error;
           }
           // Fenced in the same transaction: no row means another claimer owns the key now.
-          const changed = context.dialect === 'postgres' ? result.rows.length : (result.affectedRows ?? result.rows.length);
+          // The rows it returned (PostgreSQL), or the rows it changed or returned as the driver counts them.
+          const changed = Math.max(result.rows.length, result.affectedRows ?? 0);
           if (changed !== 1) throw new LeaseLostError();
           stored = true;
           stage = 'commit';

@@ -49,8 +49,10 @@ export function prismaTransactions<P extends PrismaClientLike>(prisma: P, option
       prisma.$transaction(
         (tx: PrismaTransaction<P> & RawClient) =>
           body(tx, async (statement) =>
-            // PostgreSQL's completion returns a row; MySQL's is an UPDATE that counts rows.
-            statement.dialect === 'postgres'
+            // A plain read returns its rows; the store's writes are run for their count (rows
+            // changed or returned): Prisma cannot read back a column of type void, which
+            // PostgreSQL's completion returns beside its row.
+            /^\s*SELECT\b/i.test(statement.text)
               ? statementResult(await tx.$queryRawUnsafe(statement.text, ...statement.values))
               : { rows: [], affectedRows: await tx.$executeRawUnsafe(statement.text, ...statement.values) },
           ),

@@ -8,7 +8,7 @@ import pg from 'pg';
 import type { TransactionRunner } from '../../src/transaction.js';
 import { MYSQL_URL, POSTGRES_URL } from './services.js';
 
-export type OrmName = 'drizzle' | 'kysely' | 'knex' | 'typeorm' | 'mikro-orm' | 'mysql2';
+export type OrmName = 'drizzle' | 'kysely' | 'knex' | 'typeorm' | 'prisma' | 'mikro-orm' | 'mysql2';
 export type Database = 'postgres' | 'mysql';
 
 export interface OrmCase {
@@ -189,6 +189,10 @@ export async function openOrm(orm: OrmName, db: Database, table: string): Promis
           Number(((await (tx as Tx).query(`SELECT count(*) AS n FROM \`${table}\` WHERE \`key\` = ?`, [key]))[0] as { n: number }[])[0]!.n),
         close: () => pool.end(),
       };
+    }
+    case 'prisma': {
+      const { openPrisma } = await import('./prisma-case.js');
+      return openPrisma(db, table);
     }
   }
 }

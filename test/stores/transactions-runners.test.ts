@@ -126,5 +126,10 @@ describe('ORM transaction runners', () => {
     expect(connectionLost({ errno: 2013 })).toBe(true);
     expect(connectionLost({ code: '23505' })).toBe(false);
     expect(connectionLost({ errno: 1062 })).toBe(false);
+    // Prisma's MariaDB adapter: the connector's own number, with SQLSTATE 08S01.
+    const prismaClosed = { code: 'P2028', cause: { kind: 'mysql', code: 45013, originalCode: '45013', state: '08S01' } };
+    expect(databaseCode(prismaClosed)).toBe('errno:45013');
+    expect(connectionLost(prismaClosed)).toBe(true);
+    expect(databaseCode({ cause: { kind: 'mysql', code: 1213, state: '40001' } })).toBe('errno:1213');
   });
 });

@@ -40,13 +40,17 @@ type AnyRunner = TransactionRunner<any>;
 function statementLog(db: Database) {
   const texts: string[] = [];
   let on = false;
-  const targets =
+  type Proto = Record<string, unknown>;
+  // pg for every ORM on PostgreSQL; on MySQL mysql2, and the mariadb connector (Prisma's adapter).
+  const targets: [Proto, string[]][] =
     db === 'postgres'
-      ? [pg.Client.prototype as unknown as Record<string, unknown>]
-      : [(require('mysql2') as { Connection: { prototype: Record<string, unknown> } }).Connection.prototype];
-  const methods = db === 'postgres' ? ['query'] : ['query', 'execute'];
-  const originals: [Record<string, unknown>, string, unknown][] = [];
-  for (const target of targets) {
+      ? [[pg.Client.prototype as unknown as Proto, ['query']]]
+      : [
+          [(require('mysql2') as { Connection: { prototype: Proto } }).Connection.prototype, ['query', 'execute']],
+          [(require('mariadb/lib/connection.js') as { prototype: Proto }).prototype, ['query', 'prepareExecute']],
+        ];
+  const originals: [Proto, string, unknown][] = [];
+  for (const [target, methods] of targets) {
     for (const method of methods) {
       const original = target[method] as (...args: unknown[]) => unknown;
       originals.push([target, method, original]);
@@ -80,12 +84,15 @@ function statementLog(db: Database) {
 export const databaseAvailable = (db: Database): Promise<boolean> =>
   serviceAvailable(db === 'postgres' ? 'PostgreSQL' : 'MySQL', db === 'postgres' ? POSTGRES_URL : MYSQL_URL);
 
-export function describeOrmTransactions(orm: OrmName, db: Database, available: boolean): void {
+/**
+ * `orders`: the orders table's name, when the ORM must know it before the suite runs
+ * (Prisma's generated client); a fresh name otherwise.
+ */
+export function describeOrmTransactions(orm: OrmName, db: Database, available: boolean, orders = fresh(`ik_${orm.replace('-', '')}_ord`)): void {
   const label = `${orm} on ${db === 'postgres' ? 'PostgreSQL' : 'MySQL'}`;
 
   describe.skipIf(!available)(`${label}: effect and record in one ORM transaction`, () => {
     const records = fresh(`ik_${orm.replace('-', '')}_rec`);
-    const orders = fresh(`ik_${orm.replace('-', '')}_ord`);
     const ordersTable = quote(db, orders);
     const keyColumn = quote(db, 'key');
     let ormCase: OrmCase;
