@@ -127,7 +127,7 @@ export function describeOrmTransactions(orm: OrmName, db: Database, available: b
       for (const table of [records, orders]) await sqlOutside(db, `DROP TABLE IF EXISTS ${quote(db, table)}`);
     });
 
-    it('S12/C1: the handler gets the ORM\'s transaction and reads its own write; the row and the record commit together; a repeat replays', async () => {
+    it('C1: the handler gets the ORM\'s transaction and reads its own write; the row and the record commit together; a repeat replays', async () => {
       const store = storeWith(ormCase.runner);
       const runs = { n: 0 };
       const order = place(store, runs);
@@ -139,7 +139,7 @@ export function describeOrmTransactions(orm: OrmName, db: Database, available: b
       expect(await recordStates()).toContain('completed');
     });
 
-    it('S12/C3: a throw after the write leaves neither the row nor a record; the retry runs again and commits once', async () => {
+    it('C3: a throw after the write leaves neither the row nor a record; the retry runs again and commits once', async () => {
       const store = storeWith(ormCase.runner);
       let fail = true;
       const order = idempotent(
@@ -158,7 +158,7 @@ export function describeOrmTransactions(orm: OrmName, db: Database, available: b
       expect(await rowsOf('declined')).toBe(1);
     });
 
-    it('S12/H16: the database session killed at COMMIT gives 503 store-unavailable and keeps nothing; the retry commits exactly once', async () => {
+    it('H16: the database session killed at COMMIT gives 503 store-unavailable and keeps nothing; the retry commits exactly once', async () => {
       let kill: () => Promise<void>;
       let runner: AnyRunner = ormCase.runner;
       if (db === 'postgres') {
@@ -244,7 +244,7 @@ BEGIN IF nextval('${seq}') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid(
       }
     });
 
-    it('S12: COMMIT landed but the ORM lost its answer: the record shows the commit, so the result is returned (no 503, no second run)', async () => {
+    it('COMMIT landed but the ORM lost its answer: the record shows the commit, so the result is returned (no 503, no second run)', async () => {
       let armed = true;
       const runner: AnyRunner = {
         ...ormCase.runner,
@@ -348,7 +348,7 @@ BEGIN IF nextval('${seq}') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid(
     }, 120_000);
 
     for (const point of ['before-commit', 'after-commit'] as const) {
-      it(`S12: the process SIGKILLed ${point.replace('-', ' ')}, then the retry: one row, ${point === 'before-commit' ? 'the retry runs once' : 'the retry replays the committed result'}`, async () => {
+      it(`the process SIGKILLed ${point.replace('-', ' ')}, then the retry: one row, ${point === 'before-commit' ? 'the retry runs once' : 'the retry replays the committed result'}`, async () => {
         const key = fresh(point);
         const worker = startWorker<unknown>(WORKER, [orm, db, records, orders, point, key]);
         worker.ready.catch(() => undefined); // it never says ready, and its end is the kill
