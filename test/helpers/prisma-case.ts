@@ -52,19 +52,24 @@ export function removePrismaClient(table: string): void {
   rmSync(clientDir(table), { recursive: true, force: true });
 }
 
+/** The generated client's module for the orders table `table` (generated first if needed). */
+export async function loadPrismaClient<M>(db: Database, table: string): Promise<M> {
+  generatePrismaClient(db, table);
+  return (await import(pathToFileURL(join(clientDir(table), 'generated', 'client.ts')).href)) as M;
+}
+
 interface OrderDelegate {
   create(args: { data: { key: string; amount: number } }): Promise<unknown>;
   count(args: { where: { key: string } }): Promise<number>;
 }
 
 export async function openPrisma(db: Database, table: string): Promise<OrmCase> {
-  generatePrismaClient(db, table);
-  const { PrismaClient } = (await import(pathToFileURL(join(clientDir(table), 'generated', 'client.ts')).href)) as {
+  const { PrismaClient } = await loadPrismaClient<{
     PrismaClient: new (options: { adapter: unknown }) => {
       $transaction(fn: (tx: { order: OrderDelegate }) => Promise<unknown>, options?: object): Promise<unknown>;
       $disconnect(): Promise<void>;
     };
-  };
+  }>(db, table);
   const { prismaTransactions } = await import('../../drivers/transactions/prisma.js');
   let adapter;
   if (db === 'postgres') {
