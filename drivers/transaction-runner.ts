@@ -69,6 +69,8 @@ export function databaseCode(error: unknown, depth = 0): string | undefined {
     const code = databaseCode(inner, depth + 1);
     if (code !== undefined) return code;
   }
+  // Prisma's own code for "a write conflict or a deadlock", when it keeps no database code.
+  if (e.code === 'P2034') return '40001';
   return undefined;
 }
 

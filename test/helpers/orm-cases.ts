@@ -18,6 +18,8 @@ export interface OrmCase {
   insert(tx: unknown, key: string, amount: number): Promise<void>;
   /** Orders with `key`, read through `tx` (inside the transaction). */
   count(tx: unknown, key: string): Promise<number>;
+  /** `amount = amount + 1` on the order `id`, with the ORM's own API on `tx` (takes the row's lock). */
+  bump(tx: unknown, id: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -64,7 +66,7 @@ export const quote = (db: Database, name: string): string => (db === 'postgres' 
 export async function openOrm(orm: OrmName, db: Database, table: string): Promise<OrmCase> {
   switch (orm) {
     case 'drizzle': {
-      const { count, eq } = await import('drizzle-orm');
+      const { count, eq, sql } = await import('drizzle-orm');
       const { drizzleTransactions } = await import('../../drivers/transactions/drizzle.js');
       if (db === 'postgres') {
         const { drizzle } = await import('drizzle-orm/node-postgres');
@@ -81,6 +83,7 @@ export async function openOrm(orm: OrmName, db: Database, table: string): Promis
           runner: drizzleTransactions(database),
           insert: async (tx, key, amount) => void (await (tx as Tx).insert(orders).values({ key, amount })),
           count: async (tx, key) => Number((await (tx as Tx).select({ n: count() }).from(orders).where(eq(orders.key, key)))[0]!.n),
+          bump: async (tx, id) => void (await (tx as Tx).update(orders).set({ amount: sql`${orders.amount} + 1` }).where(eq(orders.id, id))),
           close: () => pool.end(),
         };
       }
@@ -94,6 +97,7 @@ export async function openOrm(orm: OrmName, db: Database, table: string): Promis
         runner: drizzleTransactions(database),
         insert: async (tx, key, amount) => void (await (tx as Tx).insert(orders).values({ key, amount })),
         count: async (tx, key) => Number((await (tx as Tx).select({ n: count() }).from(orders).where(eq(orders.key, key)))[0]!.n),
+        bump: async (tx, id) => void (await (tx as Tx).update(orders).set({ amount: sql`${orders.amount} + 1` }).where(eq(orders.id, id))),
         close: () => pool.end(),
       };
     }
@@ -121,6 +125,8 @@ export async function openOrm(orm: OrmName, db: Database, table: string): Promis
         insert: async (tx, key, amount) => void (await (tx as Tx).insertInto(table).values({ key, amount } as never).execute()),
         count: async (tx, key) =>
           Number((await (tx as Tx).selectFrom(table).select(sql<number>`count(*)`.as('n')).where('key', '=', key).executeTakeFirstOrThrow()).n),
+        bump: async (tx, id) =>
+          void (await (tx as Tx).updateTable(table).set((eb) => ({ amount: eb('amount', '+', 1) }) as never).where('id', '=', id).execute()),
         close: () => end(),
       };
     }
@@ -133,6 +139,7 @@ export async function openOrm(orm: OrmName, db: Database, table: string): Promis
         runner: knexTransactions(database),
         insert: async (tx, key, amount) => void (await (tx as Tx)(table).insert({ key, amount })),
         count: async (tx, key) => Number(((await (tx as Tx)(table).where({ key }).count({ n: '*' })) as { n: number | string }[])[0]!.n),
+        bump: async (tx, id) => void (await (tx as Tx)(table).where({ id }).increment('amount', 1)),
         close: () => database.destroy(),
       };
     }
@@ -155,11 +162,12 @@ export async function openOrm(orm: OrmName, db: Database, table: string): Promis
         runner: typeormTransactions(dataSource),
         insert: async (tx, key, amount) => void (await (tx as Tx).insert(Order, { key, amount })),
         count: (tx, key) => (tx as Tx).count(Order, { where: { key } }),
+        bump: async (tx, id) => void (await (tx as Tx).increment(Order, { id }, 'amount', 1)),
         close: () => dataSource.destroy(),
       };
     }
     case 'mikro-orm': {
-      const { EntitySchema } = await import('@mikro-orm/core');
+      const { EntitySchema, raw } = await import('@mikro-orm/core');
       const { mikroOrmTransactions } = await import('../../drivers/transactions/mikro-orm.js');
       const Order = new EntitySchema<{ id: number; key: string; amount: number }>({
         name: `Order_${table}`,
@@ -175,6 +183,7 @@ export async function openOrm(orm: OrmName, db: Database, table: string): Promis
           (tx as Tx).create(Order, { key, amount });
         },
         count: (tx, key) => (tx as Tx).count(Order, { key }),
+        bump: async (tx, id) => void (await (tx as Tx).nativeUpdate(Order, { id }, { amount: raw('amount + 1') })),
         close: () => orm.close(true),
       };
     }
@@ -187,6 +196,7 @@ export async function openOrm(orm: OrmName, db: Database, table: string): Promis
         insert: async (tx, key, amount) => void (await (tx as Tx).query(`INSERT INTO \`${table}\` (\`key\`, amount) VALUES (?, ?)`, [key, amount])),
         count: async (tx, key) =>
           Number(((await (tx as Tx).query(`SELECT count(*) AS n FROM \`${table}\` WHERE \`key\` = ?`, [key]))[0] as { n: number }[])[0]!.n),
+        bump: async (tx, id) => void (await (tx as Tx).query(`UPDATE \`${table}\` SET amount = amount + 1 WHERE id = ?`, [id])),
         close: () => pool.end(),
       };
     }

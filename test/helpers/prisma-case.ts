@@ -61,6 +61,7 @@ export async function loadPrismaClient<M>(db: Database, table: string): Promise<
 interface OrderDelegate {
   create(args: { data: { key: string; amount: number } }): Promise<unknown>;
   count(args: { where: { key: string } }): Promise<number>;
+  update(args: { where: { id: number }; data: { amount: { increment: number } } }): Promise<unknown>;
 }
 
 export async function openPrisma(db: Database, table: string): Promise<OrmCase> {
@@ -95,6 +96,7 @@ export async function openPrisma(db: Database, table: string): Promise<OrmCase> 
     runner: prismaTransactions(prisma, { maxWait: 20_000, timeout: 20_000 }),
     insert: async (tx, key, amount) => void (await (tx as Tx).order.create({ data: { key, amount } })),
     count: (tx, key) => (tx as Tx).order.count({ where: { key } }),
+    bump: async (tx, id) => void (await (tx as Tx).order.update({ where: { id }, data: { amount: { increment: 1 } } })),
     close: () => prisma.$disconnect(),
   };
 }

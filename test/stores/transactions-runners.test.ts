@@ -118,6 +118,7 @@ describe('ORM transaction runners', () => {
     expect(databaseCode({ errno: 1213, code: 'ER_LOCK_DEADLOCK', sqlState: '40001' })).toBe('errno:1213');
     expect(databaseCode({ meta: { driverAdapterError: { cause: { originalCode: '23505' } } } })).toBe('23505');
     expect(databaseCode({ code: 'EPIPE', errno: -32 })).toBeUndefined();
+    expect(databaseCode({ code: 'P2034', meta: {}, clientVersion: '7.10.1' })).toBe('40001');
     const lost = new Error('Connection terminated unexpectedly');
     expect(databaseCode(lost), JSON.stringify(Object.entries(lost))).toBeUndefined();
     expect(connectionLost(lost)).toBe(true);

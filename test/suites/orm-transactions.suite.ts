@@ -23,7 +23,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mysqlStore } from '../../drivers/mysql.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { withIdempotency } from '../../adapters/node.js';
-import { idempotent, inTransaction, isIdempotencyError, type IdempotencyStore } from '../../src/index.js';
+import { idempotent, inTransaction, isIdempotencyError, LeaseLostError, type IdempotencyStore } from '../../src/index.js';
 import type { TransactionalStore, TransactionRunner, TransactionStatement } from '../../src/transaction.js';
 import { createOrders, openOrm, quote, sqlOutside, urlOf, type Database, type OrmCase, type OrmName } from '../helpers/orm-cases.js';
 import { MYSQL_URL, POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
@@ -298,6 +298,74 @@ BEGIN IF nextval('${seq}') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid(
       expect(await second).toEqual({ key: 'isolated', seen: 1 });
       expect(duplicateRuns.n).toBe(0);
       expect(await rowsOf('isolated')).toBe(1);
+    });
+
+    it('a deadlock between two transactions: the database aborts one, it runs again in a new transaction, both commit once', async () => {
+      // Two orders, locked in opposite orders by two calls: the database must abort one.
+      const ids: number[] = [];
+      for (const key of ['dl-a', 'dl-b']) {
+        await sqlOutside(db, `INSERT INTO ${ordersTable} (${keyColumn}, amount) VALUES (${db === 'postgres' ? '$1' : '?'}, 0)`, [key]);
+        const [row] = await sqlOutside<{ id: number }>(db, `SELECT id FROM ${ordersTable} WHERE ${keyColumn} = ${db === 'postgres' ? '$1' : '?'}`, [key]);
+        ids.push(Number(row!.id));
+      }
+      const store = storeWith(ormCase.runner);
+      let runs = 0;
+      let firstLocks = 0;
+      let bothLocked!: () => void;
+      const locked = new Promise<void>((resolve) => (bothLocked = resolve));
+      const transfer = idempotent(
+        async (order: { key: string; from: number; to: number }, tx: unknown) => {
+          runs++;
+          await ormCase.bump(tx, order.from);
+          if (++firstLocks === 2) bothLocked();
+          await locked; // each holds its first row before it asks for the other's
+          await ormCase.bump(tx, order.to);
+          return 'moved';
+        },
+        { store, key: (order) => order.key, transaction: true },
+      );
+      const results = await Promise.all([
+        transfer({ key: 'deadlock-1', from: ids[0]!, to: ids[1]! }),
+        transfer({ key: 'deadlock-2', from: ids[1]!, to: ids[0]! }),
+      ]);
+      expect(results).toEqual(['moved', 'moved']);
+      expect(runs).toBe(3); // the victim ran again
+      const amounts = await sqlOutside<{ amount: number }>(db, `SELECT amount FROM ${ordersTable} WHERE id IN (${ids.join(', ')})`);
+      expect(amounts.map((row) => Number(row.amount))).toEqual([2, 2]);
+    }, 30_000);
+
+    it('H18: a transaction whose lease was taken over is fenced: its completion matches no record, it rolls back (LeaseLostError), the successor\'s row alone stays', async () => {
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      let started!: () => void;
+      const running = new Promise<void>((resolve) => (started = resolve));
+      const slow = idempotent(
+        async (key: string, tx: unknown) => {
+          await ormCase.insert(tx, key, 1);
+          started();
+          await held;
+          return 'late';
+        },
+        { store: storeWith(ormCase.runner), key: (key) => key, transaction: true },
+      );
+      const successor = idempotent(
+        async (key: string, tx: unknown) => {
+          await ormCase.insert(tx, key, 2);
+          return 'successor';
+        },
+        { store: storeWith(ormCase.runner), key: (key) => key, transaction: true },
+      );
+      const late = slow('taken-over').catch((error: unknown) => error);
+      await running;
+      // As if the owner had been paused past its lease: the record's lease ends now.
+      await sqlOutside(db, `UPDATE ${quote(db, records)} SET expires_at = 0 WHERE state = 'processing'`);
+      expect(await successor('taken-over')).toBe('successor');
+      release();
+      const error = await late;
+      expect(error).toBeInstanceOf(LeaseLostError);
+      const rows = await sqlOutside<{ amount: number }>(db, `SELECT amount FROM ${ordersTable} WHERE ${keyColumn} = 'taken-over'`);
+      expect(rows.map((row) => Number(row.amount))).toEqual([2]);
+      expect(await successor('taken-over')).toBe('successor');
     });
 
     it('cost: the transaction sends the handler\'s statements and the record\'s completion, nothing else', async () => {
