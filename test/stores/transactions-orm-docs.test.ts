@@ -46,6 +46,16 @@ function examples(): Array<{ orm: string; db: Database; code: string }> {
 }
 
 const prismaSchema = /```prisma\n([\s\S]*?)```/.exec(section)?.[1];
+
+/** Prisma's client from `cwd/schema.prisma`, as the page's `output` says (./generated/prisma). */
+function generate(cwd: string): void {
+  execFileSync(process.execPath, [join(root, 'node_modules', 'prisma', 'build', 'index.js'), 'generate', '--schema', join(cwd, 'schema.prisma')], {
+    cwd,
+    // Generating needs no schema engine; without this, Prisma tries to download one.
+    env: { ...process.env, PRISMA_SCHEMA_ENGINE_BINARY: '/bin/true', PRISMA_HIDE_UPDATE_MESSAGE: '1', CHECKPOINT_DISABLE: '1' },
+    stdio: 'pipe',
+  });
+}
 const tables: Array<[Database, string]> = [];
 afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
@@ -62,6 +72,26 @@ describe('docs/transactions.md: the ORM examples run as written', () => {
     expect(prismaSchema).toBeDefined();
   });
 
+  it('the examples type-check as written: each handler gets its ORM\'s own transaction type, with no annotation', () => {
+    const cwd = join(dir, 'types');
+    mkdirSync(cwd, { recursive: true });
+    writeFileSync(join(cwd, 'schema.prisma'), prismaSchema!);
+    generate(cwd);
+    // The package's names resolve through the repository's tsconfig `paths`, as an install would.
+    for (const [n, { code }] of examples().entries()) writeFileSync(join(cwd, `example-${n}.ts`), `${code}\nexport {};\n`);
+    writeFileSync(
+      join(cwd, 'tsconfig.json'),
+      JSON.stringify({ extends: join(root, 'tsconfig.json'), compilerOptions: { noEmit: true, rootDir: root }, include: ['example-*.ts'] }),
+    );
+    let output = '';
+    try {
+      execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(cwd, 'tsconfig.json')], { cwd, stdio: 'pipe' });
+    } catch (error) {
+      output = String((error as { stdout?: Buffer }).stdout ?? error);
+    }
+    expect(output).toBe('');
+  }, 120_000);
+
   for (const [n, { orm, db, code }] of examples().entries()) {
     it.skipIf(!available[db])(`${orm} on ${db === 'postgres' ? 'PostgreSQL' : 'MySQL'}: the repeat replays, one order`, async () => {
       const table = `ik_docs_orders_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
@@ -72,12 +102,7 @@ describe('docs/transactions.md: the ORM examples run as written', () => {
       const unique = (text: string) => text.replace(/\borders\b(?!:)/g, table).replaceAll('msg-1', `msg-${randomUUID()}`);
       if (orm === 'Prisma') {
         writeFileSync(join(cwd, 'schema.prisma'), unique(prismaSchema!).replace('provider = "postgresql"', `provider = "${db === 'postgres' ? 'postgresql' : 'mysql'}"`));
-        execFileSync(process.execPath, [join(root, 'node_modules', 'prisma', 'build', 'index.js'), 'generate', '--schema', join(cwd, 'schema.prisma')], {
-          cwd,
-          // Generating needs no schema engine; without this, Prisma tries to download one.
-          env: { ...process.env, PRISMA_SCHEMA_ENGINE_BINARY: '/bin/true', PRISMA_HIDE_UPDATE_MESSAGE: '1', CHECKPOINT_DISABLE: '1' },
-          stdio: 'pipe',
-        });
+        generate(cwd);
       }
       const file = join(cwd, 'example.ts');
       writeFileSync(file, importsFromSources(unique(code)));
