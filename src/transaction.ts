@@ -48,7 +48,7 @@ export interface TransactionOutcome<T> {
 
 /**
  * A store whose records live in a database that can also hold the application's data
- * (PostgreSQL). `transaction(work, completion)` opens a transaction, runs `work` with its
+ * (PostgreSQL, or MySQL with a transaction runner). `transaction(work, completion)` opens a transaction, runs `work` with its
  * client, completes the record (fenced by the token) and commits: the effect and the
  * stored result commit together or not at all.
  *

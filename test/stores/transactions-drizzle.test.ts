@@ -1,5 +1,5 @@
 /** Effect and record in one drizzle transaction, on PostgreSQL and on MySQL (test/suites/orm-transactions.suite.ts). */
-import { databaseAvailable, describeOrmTransactions } from '../suites/orm-transactions.suite.js';
+import { databaseAvailable, ormTransactionsSuite } from '../suites/orm-transactions.suite.js';
 
-describeOrmTransactions('drizzle', 'postgres', await databaseAvailable('postgres'));
-describeOrmTransactions('drizzle', 'mysql', await databaseAvailable('mysql'));
+ormTransactionsSuite('drizzle', 'postgres', await databaseAvailable('postgres'));
+ormTransactionsSuite('drizzle', 'mysql', await databaseAvailable('mysql'));

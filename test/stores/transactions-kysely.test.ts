@@ -1,5 +1,5 @@
 /** Effect and record in one kysely transaction, on PostgreSQL and on MySQL (test/suites/orm-transactions.suite.ts). */
-import { databaseAvailable, describeOrmTransactions } from '../suites/orm-transactions.suite.js';
+import { databaseAvailable, ormTransactionsSuite } from '../suites/orm-transactions.suite.js';
 
-describeOrmTransactions('kysely', 'postgres', await databaseAvailable('postgres'));
-describeOrmTransactions('kysely', 'mysql', await databaseAvailable('mysql'));
+ormTransactionsSuite('kysely', 'postgres', await databaseAvailable('postgres'));
+ormTransactionsSuite('kysely', 'mysql', await databaseAvailable('mysql'));

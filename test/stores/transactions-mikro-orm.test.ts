@@ -1,5 +1,5 @@
 /** Effect and record in one mikro-orm transaction, on PostgreSQL and on MySQL (test/suites/orm-transactions.suite.ts). */
-import { databaseAvailable, describeOrmTransactions } from '../suites/orm-transactions.suite.js';
+import { databaseAvailable, ormTransactionsSuite } from '../suites/orm-transactions.suite.js';
 
-describeOrmTransactions('mikro-orm', 'postgres', await databaseAvailable('postgres'));
-describeOrmTransactions('mikro-orm', 'mysql', await databaseAvailable('mysql'));
+ormTransactionsSuite('mikro-orm', 'postgres', await databaseAvailable('postgres'));
+ormTransactionsSuite('mikro-orm', 'mysql', await databaseAvailable('mysql'));

@@ -1,4 +1,4 @@
 /** Effect and record in one plain mysql2 transaction on MySQL (test/suites/orm-transactions.suite.ts). */
-import { databaseAvailable, describeOrmTransactions } from '../suites/orm-transactions.suite.js';
+import { databaseAvailable, ormTransactionsSuite } from '../suites/orm-transactions.suite.js';
 
-describeOrmTransactions('mysql2', 'mysql', await databaseAvailable('mysql'));
+ormTransactionsSuite('mysql2', 'mysql', await databaseAvailable('mysql'));

@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll } from 'vitest';
 import { generatePrismaClient, removePrismaClient } from '../helpers/prisma-case.js';
-import { databaseAvailable, describeOrmTransactions } from '../suites/orm-transactions.suite.js';
+import { databaseAvailable, ormTransactionsSuite } from '../suites/orm-transactions.suite.js';
 
 const tables = { postgres: `ik_prisma_pg_${randomUUID().slice(0, 8)}`, mysql: `ik_prisma_my_${randomUUID().slice(0, 8)}` };
 generatePrismaClient('postgres', tables.postgres);
@@ -17,5 +17,5 @@ afterAll(() => {
   removePrismaClient(tables.mysql);
 });
 
-describeOrmTransactions('prisma', 'postgres', await databaseAvailable('postgres'), tables.postgres);
-describeOrmTransactions('prisma', 'mysql', await databaseAvailable('mysql'), tables.mysql);
+ormTransactionsSuite('prisma', 'postgres', await databaseAvailable('postgres'), tables.postgres);
+ormTransactionsSuite('prisma', 'mysql', await databaseAvailable('mysql'), tables.mysql);

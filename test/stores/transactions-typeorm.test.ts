@@ -1,5 +1,5 @@
 /** Effect and record in one typeorm transaction, on PostgreSQL and on MySQL (test/suites/orm-transactions.suite.ts). */
-import { databaseAvailable, describeOrmTransactions } from '../suites/orm-transactions.suite.js';
+import { databaseAvailable, ormTransactionsSuite } from '../suites/orm-transactions.suite.js';
 
-describeOrmTransactions('typeorm', 'postgres', await databaseAvailable('postgres'));
-describeOrmTransactions('typeorm', 'mysql', await databaseAvailable('mysql'));
+ormTransactionsSuite('typeorm', 'postgres', await databaseAvailable('postgres'));
+ormTransactionsSuite('typeorm', 'mysql', await databaseAvailable('mysql'));

@@ -88,7 +88,7 @@ export const databaseAvailable = (db: Database): Promise<boolean> =>
  * `orders`: the orders table's name, when the ORM must know it before the suite runs
  * (Prisma's generated client); a fresh name otherwise.
  */
-export function describeOrmTransactions(orm: OrmName, db: Database, available: boolean, orders = fresh(`ik_${orm.replace('-', '')}_ord`)): void {
+export function ormTransactionsSuite(orm: OrmName, db: Database, available: boolean, orders = fresh(`ik_${orm.replace('-', '')}_ord`)): void {
   const label = `${orm} on ${db === 'postgres' ? 'PostgreSQL' : 'MySQL'}`;
 
   describe.skipIf(!available)(`${label}: effect and record in one ORM transaction`, () => {
