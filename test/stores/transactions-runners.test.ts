@@ -93,6 +93,26 @@ describe('ORM transaction runners', () => {
     );
   });
 
+  it('each runner tells the database from the ORM itself, where the ORM says', async () => {
+    const { DataSource } = await import('typeorm');
+    const { MysqlDialect } = await import('kysely');
+    const pool = new pg.Pool({ connectionString: URL_PG });
+    const myPool = mysql.createPool({ uri: URL_MY });
+    expect(drizzleTransactions(drizzle(pool)).dialect).toBe('postgres');
+    expect(drizzleTransactions(drizzleMysql(myPool)).dialect).toBe('mysql');
+    expect(kyselyTransactions(new Kysely({ dialect: new PostgresDialect({ pool }) })).dialect).toBe('postgres');
+    const { createPool } = await import('mysql2');
+    expect(kyselyTransactions(new Kysely({ dialect: new MysqlDialect({ pool: createPool({ uri: URL_MY }) }) })).dialect).toBe('mysql');
+    expect(knexTransactions(knex({ client: 'pg' })).dialect).toBe('postgres');
+    expect(knexTransactions(knex({ client: 'mysql2' })).dialect).toBe('mysql');
+    expect(typeormTransactions(new DataSource({ type: 'postgres' })).dialect).toBe('postgres');
+    expect(typeormTransactions(new DataSource({ type: 'mariadb' })).dialect).toBe('mysql');
+    expect(mysql2Transactions(myPool).dialect).toBe('mysql');
+    expect(prismaTransactions({ $transaction: async () => undefined }).dialect).toBeUndefined(); // the store's statement says
+    await pool.end();
+    await myPool.end();
+  });
+
   it('statements: each placeholder gets its value, a repeated $n as often as it is used', () => {
     const statement = { dialect: 'postgres' as const, text: 'SELECT $1::int, $2, $1 WHERE x = $10', values: [1, 'b', 3, 4, 5, 6, 7, 8, 9, 10] };
     expect(splitStatement(statement)).toEqual({ parts: ['SELECT ', '::int, ', ', ', ' WHERE x = ', ''], values: [1, 'b', 1, 10] });

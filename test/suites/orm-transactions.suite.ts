@@ -244,6 +244,40 @@ BEGIN IF nextval('${seq}') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid(
       }
     });
 
+    it('H10: a status that is not stored (429) rolls the handler\'s write back and frees the key; the retry runs again', async () => {
+      const store = storeWith(ormCase.runner);
+      let status = 429;
+      let runs = 0;
+      const handler = withIdempotency(
+        async (req, res) => {
+          const response = await inTransaction(req, async (tx) => {
+            runs++;
+            await ormCase.insert(tx, 'throttled', 1);
+            return { status, body: { run: runs } };
+          });
+          res.writeHead(response.status, response.headers).end(response.body);
+        },
+        { store, scope: () => 'tenant' },
+      );
+      const server: Server = createServer((req, res) => void handler(req, res));
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const { port } = server.address() as { port: number };
+      const post = () =>
+        fetch(`http://127.0.0.1:${port}/orders`, { method: 'POST', headers: { 'idempotency-key': 'throttled', 'content-type': 'application/json' }, body: '{}' });
+      try {
+        const throttled = await post();
+        expect(throttled.status).toBe(429);
+        expect(await rowsOf('throttled')).toBe(0);
+        status = 201;
+        const retry = await post();
+        expect(retry.status).toBe(201);
+        expect(await retry.json()).toEqual({ run: 2 });
+        expect(await rowsOf('throttled')).toBe(1);
+      } finally {
+        server.close();
+      }
+    });
+
     it('COMMIT landed but the ORM lost its answer: the record shows the commit, so the result is returned (no 503, no second run)', async () => {
       let armed = true;
       const runner: AnyRunner = {
