@@ -177,8 +177,9 @@ export function toHttpResponse(response: TransactionResponse): HttpResponse {
  * and the one every retry with the same key replays.
  *
  * `req` is what the handler got from its framework: Express and Node `req`, Fastify
- * `request`, Koa `ctx`, Hono `c`, the fetch adapter's `Request`. The store must run transactions (`postgresStore({ url })` or
- * `postgresStore({ pool })`).
+ * `request`, Koa `ctx`, Hono `c`, the fetch adapter's `Request`. The store must run transactions (`postgresStore({ url })`,
+ * `postgresStore({ pool })`, or a PostgreSQL or MySQL store given your ORM's `transactions`: `work` then gets
+ * the ORM's transaction object).
  *
  * - `work` throws: rolled back, the key is released (a retry runs again), the error is rethrown;
  * - the status is not stored (5xx, 401, 403, 408, 425, 429 by default): rolled back, the key released, the response returned;
