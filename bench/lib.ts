@@ -54,7 +54,7 @@ export interface ServerEnv {
   RUNTIME?: RuntimeName;
 }
 
-const entries: Record<'server' | 'runtime-server' | 'fingerprint' | 'breakdown' | 'pairs' | 'encryption', string[]> = {
+const entries: Record<'server' | 'runtime-server' | 'fingerprint' | 'breakdown' | 'pairs' | 'encryption' | 'transactions', string[]> = {
   server: ['--import', 'tsx', 'bench/server.ts'],
   // Run by Bun or Deno, not Node: the last element is the script (Bun runs the TypeScript itself).
   'runtime-server': ['bench/runtime-server.ts'],
@@ -62,6 +62,7 @@ const entries: Record<'server' | 'runtime-server' | 'fingerprint' | 'breakdown' 
   breakdown: ['--import', 'tsx', 'bench/breakdown.ts'],
   pairs: ['--import', 'tsx', 'bench/pairs.ts'],
   encryption: ['--import', 'tsx', 'bench/encryption.ts'],
+  transactions: ['--import', 'tsx', 'bench/transactions.ts'],
 };
 
 /** The node arguments that run a bench entry (bundled when `bundleEntries()` succeeded). */

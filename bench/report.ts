@@ -9,6 +9,7 @@ import type { WaitingRow } from './waiting.js';
 import type { EncryptionResult } from './encryption.js';
 import type { FingerprintResult } from './fingerprint.js';
 import type { PairsReport } from './pairs.js';
+import type { TransactionRow } from './transactions.js';
 
 export interface Row extends LoadResult {
   adapter: string;
@@ -53,6 +54,8 @@ export interface BenchResults {
   roundTrips: RoundTripRow[];
   /** Store client CPU per claim + complete pair (bench/pairs.ts). */
   pairs?: PairsReport | undefined;
+  /** Effect and record in one transaction, raw `pg` and Drizzle, with and without the layer (bench/transactions.ts). */
+  transactions?: Array<TransactionRow & { samples: number[] }> | undefined;
   /** How duplicates wait (bench/waiting.ts); absent in runs before it existed. */
   waiting?: WaitingRow[];
   fingerprint: FingerprintResult | undefined;
@@ -375,6 +378,17 @@ export function renderMarkdown(results: BenchResults): string {
     );
     out.push('');
     out.push(table(['store', 'pairs/s', 'CPU µs per pair', 'samples (µs)'], results.pairs.rows.map((r) => [r.store, n0(r.pairsPerSec), n1(r.cpuUsPerPair), r.samples.join(', ')])));
+    out.push('');
+  }
+
+  if (results.transactions?.length) {
+    out.push('### Effect and record in one transaction (PostgreSQL)');
+    out.push('');
+    out.push(
+      'One process, 16 concurrent callers, each placing an order on a fresh key: its INSERT in a transaction, alone (BEGIN, INSERT, COMMIT) and under the layer (the claim, then the transaction with the record\'s completion before COMMIT), on a raw `pg` pool (`transaction: true`) and through Drizzle (`drizzleTransactions(db)`) (`bench/transactions.ts`). Median of the runs by CPU.',
+    );
+    out.push('');
+    out.push(table(['case', 'calls/s', 'CPU µs per call', 'samples (µs)'], results.transactions.map((r) => [r.name, n0(r.callsPerSec), n1(r.cpuUsPerCall), r.samples.join(', ')])));
     out.push('');
   }
 

@@ -15,7 +15,7 @@
  *                        nestjs:10 is NestJS 10 from bench/nest10, beside @node-idempotency/nestjs@1.0.4)
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
- *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting --no-encryption   skip a part
+ *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting --no-encryption --no-transactions   skip a part
  *   --write / --no-write write docs/benchmarks.md (generated part) and docs/benchmarks.svg
  *                        (default: write in full mode, not in quick mode)
  *   --cpu-prof           servers write V8 CPU profiles to bench/profiles/, named <adapter>_<layer>_<store>_<scenario>-<time>
@@ -110,6 +110,7 @@ const waitingPart = !flag('no-waiting');
 const fingerprint = !flag('no-fingerprint');
 const encryption = !flag('no-encryption');
 const pairsPart = !flag('no-pairs');
+const transactionsPart = !flag('no-transactions');
 const write = flag('write') || (!quick && !flag('no-write'));
 const cpuProfDir = flag('cpu-prof') ? path.join(ROOT, 'bench/profiles') : undefined;
 const heapSample = flag('heap-sample');
@@ -144,6 +145,7 @@ async function setUpStores(): Promise<void> {
     wanted.add('postgres');
   }
   if (pairsPart) wanted.add('sqlite');
+  if (transactionsPart) wanted.add('postgres');
   const { createStore } = await import('../drivers/create-store.js');
   const driverMissing = (name: StoreName, url: string): string | undefined => {
     if (name !== 'memory' && !existsSync(path.join(ROOT, `drivers/${name}.ts`))) return `drivers/${name}.ts has not landed`;
@@ -585,6 +587,18 @@ function runPairs(): PairsReport | undefined {
   return report;
 }
 
+// ---------------------------------------------------------------- transactions
+function runTransactions(): BenchResults['transactions'] {
+  const out = spawnSync(process.execPath, [...entryArgs('transactions'), '--json', ...(quick ? ['--quick'] : []), POSTGRES_URL], { cwd: ROOT, encoding: 'utf8' });
+  if (out.status !== 0) {
+    problems.push(`transactions bench failed: ${out.stderr}`);
+    return undefined;
+  }
+  const { rows } = JSON.parse(out.stdout.trim().split('\n').pop()!) as { rows: NonNullable<BenchResults['transactions']> };
+  for (const r of rows) log(`  ${r.name.padEnd(26)} ${fmt(r.callsPerSec).padStart(7)} calls/s  ${fmt(r.cpuUsPerCall, 1).padStart(6)} µs CPU/call`);
+  return rows;
+}
+
 // ---------------------------------------------------------------- breakdown
 function runBreakdownChild(): BreakdownRow[] | undefined {
   const out = spawnSync(process.execPath, [...entryArgs('breakdown'), '--json', ...(quick ? ['--quick'] : [])], {
@@ -760,6 +774,11 @@ async function main(): Promise<void> {
     log(`\nstore client CPU per claim + complete pair, 32 concurrent callers (${fmt((Date.now() - started) / 1000, 1)} s)`);
     pairs = runPairs();
   }
+  let transactions: BenchResults['transactions'];
+  if (transactionsPart && storeUrls.postgres) {
+    log(`\neffect and record in one transaction, raw pg and Drizzle (${fmt((Date.now() - started) / 1000, 1)} s)`);
+    transactions = runTransactions();
+  }
   const waiting: WaitingRow[] = [];
   if (waitingPart) {
     log(`\nwaiting duplicates: store operations and wake-up delay (${fmt((Date.now() - started) / 1000, 1)} s)`);
@@ -815,6 +834,7 @@ async function main(): Promise<void> {
     rows,
     roundTrips: rt,
     pairs,
+    transactions,
     waiting,
     fingerprint: fp,
     encryption: enc,

@@ -12,12 +12,21 @@
 import type { Keyv } from 'keyv';
 import type KeyvMysql from '@keyv/mysql';
 import type { IdempotencyStore } from '../src/store.js';
+import type { TransactionalStore, TransactionRunner } from '../src/transaction.js';
 import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import { assertDriverUrl } from './definition.js';
 import { mysqlDriver } from './mysql-definition.js';
 import { checkSqlOptions, sqlStore, type SqlRow, type SqlScanRow, type StatsGroup } from './sql-store.js';
-import { adapterFrom, assertOneSource, requireVia } from './utils.js';
+import { runnerTransaction } from './transaction-runner.js';
+import { adapterFrom, assertOneSource, bodyBuffer, requireVia, sqlKey } from './utils.js';
+
+/**
+ * A MySQL store whose transactions your ORM opens (`transactions`): `inTransaction(req,
+ * work)` and `idempotent(fn, { transaction: true })` hand the handler the ORM's own
+ * transaction object; see docs/transactions.md.
+ */
+export type MysqlStore<Tx> = TransactionalStore<Tx>;
 
 export interface MysqlStoreOptions {
   /**
@@ -37,6 +46,21 @@ export interface MysqlStoreOptions {
    * @default undefined
    */
   keyv?: Keyv;
+  /**
+   * Transactions opened by your ORM or driver (`drizzleTransactions(db)` from
+   * `idempotency-kit/transactions/drizzle`, Kysely, Knex, TypeORM, Prisma, or a `mysql2`
+   * pool with `mysql2Transactions(pool)`) on this same database: the handler gets the
+   * ORM's own transaction object, and the record is completed on that transaction's
+   * connection before it commits. See docs/transactions.md.
+   * @default undefined (no transactions)
+   */
+  transactions?: TransactionRunner<unknown>;
+  /**
+   * How many times a transaction (`transactions`) runs when InnoDB aborts it with a
+   * deadlock; then TransactionConflictError.
+   * @default 3
+   */
+  transactionAttempts?: number;
   /**
    * Table holding the records, created on first use (letters, digits, `_`), in the
    * URL's database.
@@ -89,7 +113,10 @@ type Query = (sql: string, values: unknown[]) => Promise<Result>;
 /** InnoDB reports a deadlock to one of the statements involved; it was rolled back whole. */
 const DEADLOCK = 1213;
 
+/** Create a MySQL / MariaDB store whose transactions your ORM opens: the handler gets the ORM's transaction object. */
+export function mysqlStore<Tx>(options: MysqlStoreOptions & { transactions: TransactionRunner<Tx> }): MysqlStore<Tx>;
 /** Create a MySQL / MariaDB store. */
+export function mysqlStore(options: MysqlStoreOptions): IdempotencyStore;
 export function mysqlStore(options: MysqlStoreOptions): IdempotencyStore {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError('Expected options with a `url`, `adapter` or `keyv`, e.g. mysqlStore({ url: "mysql://…" })');
@@ -192,7 +219,8 @@ ON DUPLICATE KEY UPDATE
   const EXPIRED_KEYS = `SELECT \`key\` FROM ${quoted} WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ?`;
   const SWEEP = `DELETE FROM ${quoted} WHERE \`key\` IN (?) AND expires_at <= ${NOW}`;
 
-  return sqlStore(
+  let closed = false;
+  const store = sqlStore(
     {
       name: 'mysql',
       label: 'MySQL',
@@ -248,9 +276,37 @@ ON DUPLICATE KEY UPDATE
           [response.status, response.headers, response.body, key, token],
         ),
       close: async () => {
+        closed = true;
         await end?.();
       },
     },
     { sweepIntervalMs, sweepBatchSize },
   );
+  if (options.transactions === undefined) return store;
+  let schema: Promise<unknown> | undefined;
+  const transaction = runnerTransaction(options.transactions, options, {
+    dialect: 'mysql',
+    label: 'MySQL',
+    ready: async () => {
+      if (closed) throw new Error('idempotency-kit: the MySQL store is closed');
+      // The table, also for a transaction that comes before any other call.
+      schema ??= run(SCHEMA, []).catch((error: unknown) => {
+        schema = undefined;
+        throw error;
+      });
+      await schema;
+    },
+    completion: (key, token, response, ttlMs) => ({
+      dialect: 'mysql',
+      text: COMPLETE,
+      values: [ttlMs, response.status, JSON.stringify(response.headers), bodyBuffer(response.body), sqlKey(key), token],
+    }),
+    // A locking read waits for a transaction still holding the row (a COMMIT in flight).
+    committed: async (key, token) => {
+      const [row] = await rows(`SELECT state, CAST(token AS CHAR) AS token FROM ${quoted} WHERE \`key\` = ? LOCK IN SHARE MODE`, [sqlKey(key)]);
+      return row?.state === 'completed' && row.token === token;
+    },
+    timeoutMs,
+  });
+  return Object.assign(store, { transaction });
 }

@@ -14,7 +14,7 @@ import type KeyvPostgres from '@keyv/postgres';
 import type { IdempotencyRecord, IdempotencyStore, SettleListener, StoredResponse } from '../src/store.js';
 import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
-import type { TransactionalStore } from '../src/transaction.js';
+import type { TransactionalStore, TransactionRunner } from '../src/transaction.js';
 import {
   createTransaction,
   type ClientOf,
@@ -24,6 +24,7 @@ import {
 } from './postgres-transaction.js';
 import { assertDriverUrl } from './definition.js';
 import { postgresDriver } from './postgres-definition.js';
+import { runnerTransaction } from './transaction-runner.js';
 import { decodeRecord } from './record-json.js';
 import { checkSqlOptions, sqlStore, type SqlRow, type SqlScanRow, type StatsGroup } from './sql-store.js';
 import { adapterFrom, assertOneSource, bodyBuffer, reconnectingFeed, requireVia, sqlKey } from './utils.js';
@@ -64,6 +65,14 @@ export interface PostgresStoreOptions extends PostgresTransactionOptions {
    * @default undefined
    */
   pool?: PostgresPool;
+  /**
+   * Transactions opened by your ORM (`drizzleTransactions(db)` from
+   * `idempotency-kit/transactions/drizzle`, Kysely, Knex, TypeORM, Prisma, MikroORM) on
+   * this same database: the handler gets the ORM's own transaction object, and the record
+   * is completed on that transaction's connection before it commits. See docs/transactions.md.
+   * @default undefined (transactions on `pool`, or on the store's own pool from `url`)
+   */
+  transactions?: TransactionRunner<unknown>;
   /**
    * Table holding the records, created with its index on first use. A plain SQL
    * identifier (letters, digits, `_`), optionally schema-qualified (`idem.records`).
@@ -124,6 +133,8 @@ type Row = SqlRow & { claimed?: boolean; n?: number };
 type Query = (text: string, values: unknown[], name?: string) => Promise<Row[]>;
 const rowsOf = (result: PgResult): Row[] => result.rows;
 const one = (rows: Row[]): boolean => rows.length === 1;
+/** Create a PostgreSQL store whose transactions your ORM opens: the handler gets the ORM's transaction object. */
+export function postgresStore<Tx>(options: PostgresStoreOptions & { transactions: TransactionRunner<Tx> }): PostgresStore<Tx>;
 /** Create a PostgreSQL store on the application's own `pg` Pool: its transactions hand out that pool's clients. */
 export function postgresStore<P extends PostgresPool>(options: PostgresStoreOptions & { pool: P }): PostgresStore<ClientOf<P>>;
 /** Create a PostgreSQL store with a pool of its own. */
@@ -395,8 +406,29 @@ FROM ${quoted} GROUP BY 1`,
     { sweepIntervalMs, sweepBatchSize },
   );
 
-  // Where a handler's transaction runs: on the store's own pool or the application's.
-  const transaction = connect
+  // Waits for a transaction holding the row to end (a COMMIT whose answer was lost).
+  const LOCKED_READ = `SELECT state, token FROM ${quoted} WHERE key = $1 FOR SHARE`;
+  if (options.transactions !== undefined && options.isolationLevel !== undefined) {
+    throw new TypeError('`isolationLevel` applies to the store\'s own transactions: with `transactions`, give it to the runner (drizzleTransactions(db, { isolationLevel }))');
+  }
+  // Where a handler's transaction runs: opened by the application's ORM, on the store's
+  // own pool, or on the application's.
+  const transaction = options.transactions
+    ? runnerTransaction(options.transactions, options, {
+        dialect: 'postgres',
+        label: 'PostgreSQL',
+        ready: async () => {
+          if (closed) throw new Error('idempotency-kit: the PostgreSQL store is closed');
+          await ensureSchema();
+        },
+        completion: (key, token, response, ttlMs) => ({ dialect: 'postgres', text: COMPLETE, values: completeValues(key, token, response, ttlMs) }),
+        committed: async (key, token) => {
+          const [row] = await exec(LOCKED_READ, [sqlKey(key)]);
+          return row?.state === 'completed' && row.token === token;
+        },
+        timeoutMs,
+      })
+    : connect
     ? createTransaction(options, {
         connect,
         ready: async () => {
@@ -406,7 +438,7 @@ FROM ${quoted} GROUP BY 1`,
         query: (text, values) => exec(text, values),
         completeSql: COMPLETE,
         completeValues,
-        lockedReadSql: `SELECT state, token FROM ${quoted} WHERE key = $1 FOR SHARE`,
+        lockedReadSql: LOCKED_READ,
         // Keys in their stored form, as the store's own statements use them.
         hash: sqlKey,
         timeoutMs,

@@ -75,6 +75,9 @@ export {
   type TransactionCompletion,
   type TransactionOutcome,
   type TransactionResponse,
+  type TransactionRunner,
+  type TransactionStatement,
+  type TransactionStatementResult,
 } from './transaction.js';
 // The package root also offers the URL resolver; the core modules above import no driver.
 export { createStore, type CreateStoreOptions } from '../drivers/create-store.js';

@@ -48,7 +48,7 @@ export interface TransactionOutcome<T> {
 
 /**
  * A store whose records live in a database that can also hold the application's data
- * (PostgreSQL). `transaction(work, completion)` opens a transaction, runs `work` with its
+ * (PostgreSQL, or MySQL with a transaction runner). `transaction(work, completion)` opens a transaction, runs `work` with its
  * client, completes the record (fenced by the token) and commits: the effect and the
  * stored result commit together or not at all.
  *
@@ -59,6 +59,40 @@ export interface TransactionOutcome<T> {
  */
 export interface TransactionalStore<Client = TransactionClient> extends IdempotencyStore {
   transaction<T>(work: (client: Client) => Promise<T>, completion?: TransactionCompletion<T>): Promise<TransactionOutcome<T>>;
+}
+
+/**
+ * One SQL statement of a store, in the store's own dialect: `$1`, `$2`… placeholders on
+ * PostgreSQL (a number may repeat), `?` on MySQL.
+ */
+export interface TransactionStatement {
+  dialect: 'postgres' | 'mysql';
+  text: string;
+  values: unknown[];
+}
+
+/** A statement's answer: the rows it returned, and how many rows it changed when the driver says. */
+export interface TransactionStatementResult {
+  rows: Record<string, unknown>[];
+  affectedRows?: number;
+}
+
+/**
+ * A transaction opened with an ORM's or query builder's own API (Drizzle, Kysely, Knex,
+ * TypeORM, Prisma, MikroORM: `idempotency-kit/transactions/<name>`), for a store to write
+ * its record in. `run(body)` opens a transaction, calls `body` with the ORM's own
+ * transaction object and a function that runs one statement on that transaction's
+ * connection, commits once when `body` resolves and rolls back when it throws.
+ * Give it to the store (`postgresStore({ url, transactions })`, `mysqlStore(...)`); the
+ * handler then gets `tx` through `inTransaction(req, work)`, `idempotent(fn, { transaction:
+ * true })` or `@IdempotentTransaction()`.
+ */
+export interface TransactionRunner<Tx> {
+  /** The ORM, for messages (`'drizzle'`). */
+  readonly name: string;
+  /** The database the ORM talks to, when it can tell: a store refuses a runner on another kind of database. */
+  readonly dialect?: 'postgres' | 'mysql';
+  run<T>(body: (tx: Tx, execute: (statement: TransactionStatement) => Promise<TransactionStatementResult>) => Promise<T>): Promise<T>;
 }
 
 export function isTransactionalStore(store: IdempotencyStore): store is TransactionalStore<unknown> {
@@ -143,8 +177,9 @@ export function toHttpResponse(response: TransactionResponse): HttpResponse {
  * and the one every retry with the same key replays.
  *
  * `req` is what the handler got from its framework: Express and Node `req`, Fastify
- * `request`, Koa `ctx`, Hono `c`, the fetch adapter's `Request`. The store must run transactions (`postgresStore({ url })` or
- * `postgresStore({ pool })`).
+ * `request`, Koa `ctx`, Hono `c`, the fetch adapter's `Request`. The store must run transactions (`postgresStore({ url })`,
+ * `postgresStore({ pool })`, or a PostgreSQL or MySQL store given your ORM's `transactions`: `work` then gets
+ * the ORM's transaction object).
  *
  * - `work` throws: rolled back, the key is released (a retry runs again), the error is rethrown;
  * - the status is not stored (5xx, 401, 403, 408, 425, 429 by default): rolled back, the key released, the response returned;
