@@ -325,14 +325,14 @@ export function dynamodbStore(options: DynamoDBStoreOptions): IdempotencyStore {
     }
     return createTable ? prepared : undefined;
   };
-  const send = async <T>(what: string, command: Parameters<DynamoDBClient['send']>[0]): Promise<T> => {
+  const send = async <T>(what: string, command: object): Promise<T> => {
     const pending = prepare();
     if (pending) await pending;
     return call(what, (abortSignal) => client.send(command as never, { abortSignal }) as Promise<T>);
   };
 
   /** A conditional write: whether it took effect, and the item as it was when its condition failed. */
-  const conditional = async (what: string, command: Parameters<DynamoDBClient['send']>[0]): Promise<{ ok: true } | { ok: false; item?: Record<string, AttributeValue> }> => {
+  const conditional = async (what: string, command: object): Promise<{ ok: true } | { ok: false; item?: Record<string, AttributeValue> }> => {
     try {
       await send(what, command);
       return { ok: true };
