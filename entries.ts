@@ -30,8 +30,6 @@ export const entries = {
   './drivers/durable-objects': 'drivers/durable-objects.ts',
   './drivers/d1': 'drivers/d1.ts',
   './drivers/dynamodb': 'drivers/dynamodb.ts',
-  // The DynamoDB store under the name AWS users look for (the same module as ./drivers/dynamodb).
-  './dynamodb': 'drivers/dynamodb.ts',
   './testing': 'testing/store-contract.ts',
   './client': 'client/index.ts',
   './client/got': 'client/got.ts',
