@@ -39,6 +39,7 @@ export const entries = {
   './mqtt': 'consumers/mqtt.ts',
   './webhooks': 'consumers/webhooks.ts',
   './nestjs': 'adapters/nestjs.ts',
+  './lambda': 'adapters/lambda.ts',
 } as const satisfies Record<'.' | `./${string}`, `${string}.ts`>;
 
 export type Subpath = keyof typeof entries;
