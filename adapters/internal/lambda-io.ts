@@ -34,10 +34,10 @@ export interface LambdaHttpEvent {
   body?: string | null;
   isBase64Encoded?: boolean;
   requestContext?: {
-    http?: { method?: string; path?: string };
+    http?: { method?: string; path?: string; [name: string]: unknown };
     elb?: { targetGroupArn?: string };
     authorizer?: Record<string, unknown> | null;
-    identity?: { userArn?: string | null; cognitoIdentityId?: string | null } | null;
+    identity?: { userArn?: string | null; cognitoIdentityId?: string | null; [name: string]: unknown } | null;
     [name: string]: unknown;
   };
   [name: string]: unknown;
