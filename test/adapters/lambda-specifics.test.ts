@@ -432,3 +432,51 @@ async function listKeys(store: IdempotencyStore): Promise<string[]> {
   const page = await store.scan!({ limit: 100 });
   return page.records.map((r) => r.key);
 }
+
+describe('the local cache of completed records', () => {
+  it('a repeat of a request this process saw completed replays without a store call; records in progress always go to the store', async () => {
+    const { withLocalCache } = await import('../../src/local-cache.js');
+    const inner = memory();
+    const calls: string[] = [];
+    const counted: IdempotencyStore = {
+      name: 'counted',
+      claim: (...args) => (calls.push('claim'), inner.claim(...args)),
+      get: (...args) => (calls.push('get'), inner.get(...args)),
+      complete: (...args) => (calls.push('complete'), inner.complete(...args)),
+      release: (...args) => (calls.push('release'), inner.release(...args)),
+      extend: (...args) => (calls.push('extend'), inner.extend(...args)),
+      close: () => inner.close(),
+      delete: (key) => (calls.push('delete'), inner.delete!(key)),
+    };
+    const store = withLocalCache(counted, { maxEntries: 2 });
+    const handler = withIdempotency(order, { store, wait: 0 });
+    await handler(httpEvent('c1', '{}'), context());
+    expect(calls).toEqual(['claim', 'complete']);
+    calls.length = 0;
+    const replay = (await handler(httpEvent('c1', '{}'), context())) as LambdaHttpResult;
+    expect(replay.headers!['idempotent-replayed']).toBe('true');
+    expect(calls).toEqual([]); // served from the cache
+    // Another body under the key: still refused (the cached record has its fingerprint).
+    expect(((await handler(httpEvent('c1', '{"other":1}'), context())) as LambdaHttpResult).statusCode).toBe(422);
+    // Bounded: two more keys push c1 out; its next repeat reads the store again.
+    await handler(httpEvent('c2', '{}'), context());
+    await handler(httpEvent('c3', '{}'), context());
+    calls.length = 0;
+    await handler(httpEvent('c1', '{}'), context());
+    expect(calls).toEqual(['claim']);
+    // A record in progress is never cached: each claim on it asks the store.
+    calls.length = 0;
+    await store.claim('p', { token: 't1', fingerprint: 'f', createdAt: Date.now() }, 5000);
+    expect(await store.claim('p', { token: 't2', fingerprint: 'f', createdAt: Date.now() }, 5000)).toMatchObject({ claimed: false, record: { state: 'processing', token: 't1' } });
+    expect(calls).toEqual(['claim', 'claim']);
+    // A deleted record leaves the cache.
+    const [someKey] = await listKeys(inner);
+    await store.get(someKey!);
+    await store.delete!(someKey!);
+    calls.length = 0;
+    await store.get(someKey!);
+    expect(calls).toEqual(['get']);
+    expect(runs).toBe(3);
+    expect(() => withLocalCache(inner, { maxEntries: 0 })).toThrow('Expected `maxEntries` to be a positive integer, got 0');
+  });
+});
