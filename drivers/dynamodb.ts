@@ -108,6 +108,9 @@ export class DynamoDBItemTooLargeError extends Error {
   }
 }
 
+/** The tables each client's stores have checked (DescribeTable) already: once per process is enough. */
+const inspectedTables = new WeakMap<object, Set<string>>();
+
 /** DynamoDB's item limit, 400 KB, less a margin for our estimate of numbers. */
 const ITEM_LIMIT_BYTES = 400 * 1024 - 256;
 
@@ -317,10 +320,16 @@ export function dynamodbStore(options: DynamoDBStoreOptions): IdempotencyStore {
   };
   const prepare = (): Promise<void> | undefined => {
     if (prepared === undefined) {
-      prepared = createTable ? createDynamoDBTable(client, table, { timeoutMs: Math.max(timeoutMs, 30_000) }).then(inspect) : undefined;
-      if (!createTable) {
+      // Once per client and table (every store of a process on one client shares it).
+      let tables = inspectedTables.get(client);
+      if (!tables) inspectedTables.set(client, (tables = new Set()));
+      const first = !tables.has(table);
+      tables.add(table);
+      if (createTable) prepared = createDynamoDBTable(client, table, { timeoutMs: Math.max(timeoutMs, 30_000) }).then(() => (first ? inspect() : undefined));
+      else {
         prepared = Promise.resolve();
-        void inspect().catch(() => undefined); // best effort: missing permissions must not fail requests
+        // After the first call, not beside it; best effort: missing permissions must not fail requests.
+        if (first) setTimeout(() => void inspect().catch(() => undefined), 0).unref();
       }
     }
     return createTable ? prepared : undefined;
