@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { compare, table, type Row } from '../../bench/lambda-powertools.js';
 
 describe('Lambda: side by side with Powertools', () => {
-  it('C5/H9: ours runs every key once in every scenario, and costs no more per first execution and per replay', async () => {
+  it('H9: ours runs every key once in every scenario, and costs no more per first execution and per replay', async () => {
     const rows = await compare();
     console.log(table(rows));
     const ours = rows.filter((r) => r.lib === 'ours');

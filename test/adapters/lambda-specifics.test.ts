@@ -109,7 +109,7 @@ afterEach(() => {
 });
 
 describe('Lambda HTTP events', () => {
-  it('C5/H7: REST API (payload 1.0): runs once, replays with the replay marker, multi-value headers kept as lists; the key header in any case', async () => {
+  it('H7: REST API (payload 1.0): runs once, replays with the replay marker, multi-value headers kept as lists; the key header in any case', async () => {
     const handler = withIdempotency(order, { store: memory() });
     const first = await handler(restEvent('k1', { amount: 5 }), context());
     expect(first).toMatchObject({ statusCode: 201 });
@@ -222,7 +222,7 @@ describe('Lambda HTTP events', () => {
 });
 
 describe('the lease is bounded by the invocation deadline', () => {
-  it('C5: a claim holds until the remaining time (plus a margin), with no renewal writes', async () => {
+  it('Lambda: a claim holds until the remaining time (plus a margin), with no renewal writes', async () => {
     const server = await dynalite();
     const inner = dynamodbStore({ client: server.client(), table: await server.table(), onWarning: () => undefined });
     const extends_: string[] = [];
@@ -242,7 +242,7 @@ describe('the lease is bounded by the invocation deadline', () => {
     await inner.close();
   });
 
-  it('C5/H17: a timed-out invocation (its handler never returns) frees its key only after its deadline; then the retry runs', async () => {
+  it('H17: a timed-out invocation (its handler never returns) frees its key only after its deadline; then the retry runs', async () => {
     const store = memory();
     let started = 0;
     const hang = withIdempotency(async () => {
@@ -337,7 +337,7 @@ describe('batches', () => {
     awsRegion: 'us-east-1',
   });
 
-  it('C5: SQS standard: each record on its own key; failures reported by messageId; a redelivered batch runs only what failed', async () => {
+  it('Lambda: SQS standard: each record on its own key; failures reported by messageId; a redelivered batch runs only what failed', async () => {
     const store = memory();
     const done: string[] = [];
     const work = async (record: { messageId: string; body: string }) => {
@@ -357,7 +357,7 @@ describe('batches', () => {
     expect(done).toEqual(['m1', 'm2-failed', 'm3', 'm2']);
   });
 
-  it('C5: SQS FIFO: in order, and after the first failure the rest are reported without running', async () => {
+  it('Lambda: SQS FIFO: in order, and after the first failure the rest are reported without running', async () => {
     const ran: string[] = [];
     const event = { Records: [sqs('f1', {}, 'g'), sqs('f2', { fail: true }, 'g'), sqs('f3', {}, 'g'), sqs('f4', {}, 'h')] };
     const result = await idempotentBatch(
@@ -372,7 +372,7 @@ describe('batches', () => {
     expect(result.batchItemFailures).toEqual([{ itemIdentifier: 'f2' }, { itemIdentifier: 'f3' }, { itemIdentifier: 'f4' }]);
   });
 
-  it('C5: Kinesis and DynamoDB Streams: keyed by eventID, failures reported by sequence number', async () => {
+  it('Lambda: Kinesis and DynamoDB Streams: keyed by eventID, failures reported by sequence number', async () => {
     const kinesis = (seq: string) => ({
       kinesis: { kinesisSchemaVersion: '1.0', partitionKey: 'p', sequenceNumber: seq, data: Buffer.from('{}').toString('base64'), approximateArrivalTimestamp: 1 },
       eventSource: 'aws:kinesis',
