@@ -11,10 +11,10 @@ import { Engine } from './engine.js';
 import { isTransactionalStore, type TransactionalStore } from './transaction.js';
 import { IdempotencyKeyError, ResultNotStorableError, ScopeRequiredError } from './errors.js';
 import { hashValue } from './fingerprint.js';
-import { idempotencyDisabled } from './kill-switch.js';
 import { splitTtl, type EngineOptions } from './options.js';
 import { deserializeResult, serializeResult } from './serialize.js';
 import { assertFunction } from './validate.js';
+import { idempotencyDisabled } from './kill-switch.js';
 
 // `any` is needed for the constraint: `unknown[]` parameters would reject every fn that
 // declares a parameter type (parameters are contravariant).
