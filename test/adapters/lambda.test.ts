@@ -9,5 +9,5 @@ import { httpConformanceSuite } from '../suites/http-conformance.suite.js';
 import { lambdaApp } from './lambda-apps.js';
 
 await httpConformanceSuite('lambda', lambdaApp, {
-  skip: ['H13 H17: a handler that hangs after its client left holds the key only until leaseMs: renewal stops at the disconnect'],
+  skip: ['a handler that hangs after its client left holds the key only until leaseMs: renewal stops at the disconnect'],
 });
