@@ -166,6 +166,41 @@ function responseAttributes(response: StoredResponse, rest: number): Record<stri
   throw new DynamoDBItemTooLargeError(rest + itemBytes(zipped));
 }
 
+/**
+ * The UpdateItem that writes a response's attributes (and removes the body attributes it
+ * does not have) besides `sets`, with the condition and the names and values they use.
+ */
+function responseUpdate(
+  table: string,
+  id: AttributeValue,
+  attributes: Record<string, AttributeValue>,
+  base: { sets: string[]; condition: string; names: Record<string, string>; values: Record<string, AttributeValue> },
+  returnOld: boolean,
+): UpdateItemCommand {
+  const sets = [...base.sets];
+  const names = { ...base.names };
+  const values = { ...base.values };
+  for (const [name, value] of Object.entries(attributes)) {
+    names[`#${name}`] = name;
+    values[`:${name}`] = value;
+    sets.push(`#${name} = :${name}`);
+  }
+  const removes = ['b', 'z', 'nb'].filter((name) => !(name in attributes));
+  for (const name of removes) names[`#${name}`] = name;
+  return new UpdateItemCommand({
+    TableName: table,
+    Key: { id },
+    UpdateExpression: `SET ${sets.join(', ')}${removes.length > 0 ? ` REMOVE ${removes.map((name) => `#${name}`).join(', ')}` : ''}`,
+    ConditionExpression: base.condition,
+    ExpressionAttributeNames: names,
+    ExpressionAttributeValues: values,
+    ...(returnOld ? { ReturnValuesOnConditionCheckFailure: 'ALL_OLD' as const } : {}),
+  });
+}
+
+/** The bytes of an item's attributes other than the response's (id, state, fingerprint, token, times), for its size. */
+const restBytes = (id: AttributeValue, token: string) => itemBytes({ id, s: S('c'), f: S('x'.repeat(128)), t: S(token), c: N(0), u: N(0), ttl: N(0) });
+
 /** The record an item holds; undefined for an item that is not one of ours. */
 function recordOf(item: Record<string, AttributeValue> | undefined): IdempotencyRecord | undefined {
   if (!item || item.s?.S === undefined) return undefined;
@@ -401,37 +436,29 @@ export function dynamodbStore(options: DynamoDBStoreOptions): IdempotencyStore {
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
       const now = Date.now();
       const expiresAt = now + ttlMs;
-      const values: Record<string, AttributeValue> = { ':token': S(token), ':p': S('p'), ':now': N(now), ':c': S('c'), ':u': N(expiresAt), ':ttl': N(seconds(expiresAt)) };
-      // id, s, f, t, c, u, ttl: the rest of the item, for its size.
-      const rest = itemBytes({ id: itemId(key), s: S('c'), f: S('x'.repeat(128)), t: S(token), c: N(0), u: N(0), ttl: N(0) });
+      const id = itemId(key);
       let attributes: Record<string, AttributeValue>;
       try {
-        attributes = responseAttributes(response, rest);
+        attributes = responseAttributes(response, restBytes(id, token));
       } catch (error) {
         if (!(error instanceof DynamoDBItemTooLargeError)) throw error;
         // Completed without its body: a retry gets 409 response-not-replayable, never a second run.
-        attributes = responseAttributes({ ...response, body: null }, rest);
+        attributes = responseAttributes({ ...response, body: null }, restBytes(id, token));
       }
-      const sets = ['#s = :c', '#u = :u', '#ttl = :ttl'];
-      const names: Record<string, string> = { '#s': 's', '#t': 't', '#u': 'u', '#ttl': 'ttl' };
-      for (const [name, value] of Object.entries(attributes)) {
-        names[`#${name}`] = name;
-        values[`:${name}`] = value;
-        sets.push(`#${name} = :${name}`);
-      }
-      const removes = ['b', 'z', 'nb'].filter((name) => !(name in attributes));
-      for (const name of removes) names[`#${name}`] = name;
       const result = await conditional(
         'UpdateItem',
-        new UpdateItemCommand({
-          TableName: table,
-          Key: { id: itemId(key) },
-          UpdateExpression: `SET ${sets.join(', ')}${removes.length > 0 ? ` REMOVE ${removes.map((name) => `#${name}`).join(', ')}` : ''}`,
-          ConditionExpression: OWNED,
-          ExpressionAttributeNames: names,
-          ExpressionAttributeValues: values,
-          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-        }),
+        responseUpdate(
+          table,
+          id,
+          attributes,
+          {
+            sets: ['#s = :c', '#u = :u', '#ttl = :ttl'],
+            condition: OWNED,
+            names: { '#s': 's', '#t': 't', '#u': 'u', '#ttl': 'ttl' },
+            values: { ':token': S(token), ':p': S('p'), ':now': N(now), ':c': S('c'), ':u': N(expiresAt), ':ttl': N(seconds(expiresAt)) },
+          },
+          true,
+        ),
       );
       if (result.ok) return true;
       // Refused: our own completion that landed although its answer was lost counts as done.
@@ -541,28 +568,22 @@ export function dynamodbStore(options: DynamoDBStoreOptions): IdempotencyStore {
       return { records, cursor: last === undefined ? undefined : Buffer.from(last, 'utf8').toString('base64url') };
     },
     async replaceResponse(key: string, token: string, response: StoredResponse) {
-      const rest = itemBytes({ id: itemId(key), s: S('c'), f: S('x'.repeat(128)), t: S(token), c: N(0), u: N(0), ttl: N(0) });
-      const attributes = responseAttributes(response, rest); // throws DynamoDBItemTooLargeError
-      const names: Record<string, string> = { '#s': 's', '#t': 't', '#u': 'u' };
-      const values: Record<string, AttributeValue> = { ':token': S(token), ':c': S('c'), ':now': N(Date.now()) };
-      const sets: string[] = [];
-      for (const [name, value] of Object.entries(attributes)) {
-        names[`#${name}`] = name;
-        values[`:${name}`] = value;
-        sets.push(`#${name} = :${name}`);
-      }
-      const removes = ['b', 'z', 'nb'].filter((name) => !(name in attributes));
-      for (const name of removes) names[`#${name}`] = name;
+      const id = itemId(key);
+      const attributes = responseAttributes(response, restBytes(id, token)); // throws DynamoDBItemTooLargeError
       const result = await conditional(
         'UpdateItem',
-        new UpdateItemCommand({
-          TableName: table,
-          Key: { id: itemId(key) },
-          UpdateExpression: `SET ${sets.join(', ')}${removes.length > 0 ? ` REMOVE ${removes.map((name) => `#${name}`).join(', ')}` : ''}`,
-          ConditionExpression: '#t = :token AND #s = :c AND #u > :now',
-          ExpressionAttributeNames: names,
-          ExpressionAttributeValues: values,
-        }),
+        responseUpdate(
+          table,
+          id,
+          attributes,
+          {
+            sets: [],
+            condition: '#t = :token AND #s = :c AND #u > :now',
+            names: { '#s': 's', '#t': 't', '#u': 'u' },
+            values: { ':token': S(token), ':c': S('c'), ':now': N(Date.now()) },
+          },
+          false,
+        ),
       );
       return result.ok;
     },
