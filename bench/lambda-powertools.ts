@@ -152,6 +152,24 @@ export async function compare(only?: number[]): Promise<Row[]> {
     };
   };
 
+  /**
+   * A function that sleeps `event.ms`, wrapped where the deadline its record carries is
+   * already past: a context kept from an invocation that is over (Powertools reads the one
+   * registered on its shared config; ours gets it as the handler's context).
+   */
+  const staleHandler = (lib: Lib) => {
+    const completed: string[] = [];
+    const config = new IdempotencyConfig({ eventKeyJmesPath: 'id' });
+    config.registerLambdaContext(staleContext as never);
+    const handler = functionHandler(lib, async (event) => {
+      const run = randomUUID();
+      await sleep(Number(event.ms));
+      completed.push(event.id);
+      return { run };
+    }, { dataIndex: true, config });
+    return { completed, handler };
+  };
+
   // 1. A rejected duplicate whose error path runs (Middy): the duplicate is refused while
   // the first runs; a third request comes after it.
   await scenario(1, 'Middy: a duplicate refused while the first runs, then a third request', async (lib) => {
@@ -181,15 +199,7 @@ export async function compare(only?: number[]): Promise<Row[]> {
   // 2. An owner still running past the deadline its record carries: a context kept from an
   // invocation that is over (Powertools reads the one registered on its shared config).
   await scenario(2, 'a record in progress whose owner runs past its deadline (a stale context), a duplicate arrives', async (lib) => {
-    const completed: string[] = [];
-    const config = new IdempotencyConfig({ eventKeyJmesPath: 'id' });
-    config.registerLambdaContext(staleContext as never);
-    const handler = functionHandler(lib, async (event) => {
-      const run = randomUUID();
-      await sleep(Number(event.ms));
-      completed.push(event.id);
-      return { run };
-    }, { dataIndex: true, config });
+    const { completed, handler } = staleHandler(lib);
     const id = randomUUID();
     const first = handler({ id, ms: 500 }, staleContext);
     await sleep(100);
@@ -200,15 +210,7 @@ export async function compare(only?: number[]): Promise<Row[]> {
   // 3. Orphan recovery racing a completion: 20 keys, each recovered (stale deadline) just
   // as its owner completes. Inconsistent: a caller's answer differs from what the record replays.
   await scenario(3, 'orphan recovery racing the owner\'s completion (20 keys)', async (lib) => {
-    const completed: string[] = [];
-    const config = new IdempotencyConfig({ eventKeyJmesPath: 'id' });
-    config.registerLambdaContext(staleContext as never);
-    const handler = functionHandler(lib, async (event) => {
-      const run = randomUUID();
-      await sleep(Number(event.ms));
-      completed.push(event.id);
-      return { run };
-    }, { dataIndex: true, config });
+    const { completed, handler } = staleHandler(lib);
     let inconsistent = 0;
     const answers: string[] = [];
     await Promise.all(

@@ -6,7 +6,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Server } from 'node:http';
-import { CreateTableCommand, DescribeTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
+import { createDynamoDBTable } from '../../drivers/dynamodb.js';
 
 export interface Dynalite {
   /** `http://127.0.0.1:<port>` */
@@ -46,19 +47,8 @@ async function start(): Promise<Dynalite> {
     client,
     async table(prefix = 'idk') {
       const name = `${prefix}-${randomBytes(6).toString('hex')}`;
-      await admin.send(
-        new CreateTableCommand({
-          TableName: name,
-          AttributeDefinitions: [{ AttributeName: 'id', AttributeType: 'S' }],
-          KeySchema: [{ AttributeName: 'id', KeyType: 'HASH' }],
-          BillingMode: 'PAY_PER_REQUEST',
-        }),
-      );
-      for (;;) {
-        const { Table } = await admin.send(new DescribeTableCommand({ TableName: name }));
-        if (Table?.TableStatus === 'ACTIVE') return name;
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      await createDynamoDBTable(admin, name);
+      return name;
     },
     url: (table) => `dynamodb://local:local@${table}?region=us-east-1&endpoint=${encodeURIComponent(endpoint)}`,
   };
