@@ -9,12 +9,12 @@
 import { createHash } from 'node:crypto';
 import { Engine } from './engine.js';
 import { isTransactionalStore, type TransactionalStore } from './transaction.js';
+import { idempotencyDisabled } from './kill-switch.js';
 import { IdempotencyKeyError, ResultNotStorableError, ScopeRequiredError } from './errors.js';
 import { hashValue } from './fingerprint.js';
 import { splitTtl, type EngineOptions } from './options.js';
 import { deserializeResult, serializeResult } from './serialize.js';
 import { assertFunction } from './validate.js';
-import { idempotencyDisabled } from './kill-switch.js';
 
 // `any` is needed for the constraint: `unknown[]` parameters would reject every fn that
 // declares a parameter type (parameters are contravariant).
