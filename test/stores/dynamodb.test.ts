@@ -37,7 +37,10 @@ storeSuite('dynamodb', {
 storeMaintenanceSuite('dynamodb', { create: async () => dynamodbStore({ client: server.client(), table: await server.table(), ...quiet }) });
 
 /** An HTTP proxy to dynalite whose `answer` may reply in DynamoDB's place (by the operation's target header). */
-async function proxy(answer: (operation: string, body: string) => { status: number; body: unknown } | undefined) {
+async function proxy(
+  answer: (operation: string, body: string) => { status: number; body: unknown } | undefined,
+  transform?: (operation: string, body: string, status: number, text: string) => Promise<string>,
+) {
   const seen: string[] = [];
   const proxyServer = http.createServer(async (req, res) => {
     const chunks: Buffer[] = [];
@@ -55,7 +58,8 @@ async function proxy(answer: (operation: string, body: string) => { status: numb
       headers: Object.fromEntries(Object.entries(req.headers).filter(([name]) => !['host', 'content-length', 'connection'].includes(name)) as [string, string][]),
       body,
     });
-    const text = await upstream.text();
+    let text = await upstream.text();
+    if (transform) text = await transform(operation, body, upstream.status, text);
     res.writeHead(upstream.status, { 'content-type': upstream.headers.get('content-type') ?? 'application/x-amz-json-1.0' }).end(text);
   });
   await new Promise<void>((resolve) => proxyServer.listen(0, '127.0.0.1', () => resolve()));
@@ -86,6 +90,34 @@ describe('dynamodb store specifics', () => {
     } finally {
       await store.close();
       await counting.close();
+    }
+  });
+
+  it('S1: against a server that returns the item with a refused write (as DynamoDB does), a lost claim costs no read', async () => {
+    const table = await server.table();
+    // dynalite does not return it: the proxy adds the live item to the refusal, as DynamoDB's
+    // ReturnValuesOnConditionCheckFailure does.
+    const returning = await proxy(
+      () => undefined,
+      async (operation, body, status, text) => {
+        if (operation !== 'PutItem' || status !== 400 || !text.includes('ConditionalCheckFailedException')) return text;
+        const { Item } = JSON.parse(body) as { Item: { id: { S: string } } };
+        // A processing item: strings and numbers only, so the SDK's shape is the wire's.
+        const { Item: live } = await admin.send(new GetItemCommand({ TableName: table, Key: { id: Item.id }, ConsistentRead: true }));
+        return JSON.stringify({ ...(JSON.parse(text) as object), Item: live });
+      },
+    );
+    const store = dynamodbStore({ url: returning.url(table), ...quiet });
+    try {
+      expect((await store.claim('k', claimOf('first'), 5000)).claimed).toBe(true);
+      returning.seen.length = 0;
+      expect(await store.claim('k', claimOf('second', 'other'), 5000)).toMatchObject({ claimed: false, record: { state: 'processing', token: 'first', fingerprint: 'fp' } });
+      expect(returning.seen).toEqual(['PutItem']);
+      // Our own claim whose answer was lost (a retried attempt): the returned item carries our token, so it is ours.
+      expect(await store.claim('k', claimOf('first'), 5000)).toMatchObject({ claimed: true, record: { token: 'first' } });
+    } finally {
+      await store.close();
+      await returning.close();
     }
   });
 
