@@ -29,6 +29,7 @@ export const entries = {
   './drivers/mysql': 'drivers/mysql.ts',
   './drivers/durable-objects': 'drivers/durable-objects.ts',
   './drivers/d1': 'drivers/d1.ts',
+  './drivers/dynamodb': 'drivers/dynamodb.ts',
   // Transactions opened by an ORM, for the PostgreSQL and MySQL stores' `transactions` option.
   './transactions/drizzle': 'drivers/transactions/drizzle.ts',
   './transactions/kysely': 'drivers/transactions/kysely.ts',
@@ -46,6 +47,7 @@ export const entries = {
   './mqtt': 'consumers/mqtt.ts',
   './webhooks': 'consumers/webhooks.ts',
   './nestjs': 'adapters/nestjs.ts',
+  './lambda': 'adapters/lambda.ts',
 } as const satisfies Record<'.' | `./${string}`, `${string}.ts`>;
 
 export type Subpath = keyof typeof entries;

@@ -55,7 +55,7 @@ function unsupported(target: string, why: string): TypeError {
     `idempotency-kit: cannot create a store from ${target}: ${why}. ` +
       `Supported: a URL (${forms.join(', ')}); a Keyv instance over ${adapters.slice(0, -1).join(', ')} or ${adapters.at(-1)}; ` +
       'one of those adapters (new KeyvRedis(url), …); ' +
-      `on Cloudflare Workers, a binding (${bindings.join(' or ')}); or an empty Map (in-process memory)`,
+      `a platform binding or client (${bindings.join(', ')}); or an empty Map (in-process memory)`,
   );
 }
 
@@ -178,7 +178,8 @@ function driverStore(driver: RegisteredDriver, source: { url: string } | { adapt
  * Create a store from a URL (`sqlite://…`, `redis://…`, `postgres://…`, `mysql://…`,
  * `memory://`), a Keyv instance, a `@keyv/redis` / `@keyv/postgres` / `@keyv/sqlite` /
  * `@keyv/mysql` adapter, a Cloudflare binding (a Durable Object namespace bound to
- * `IdempotencyObject`, a D1 database; a Workers KV namespace is refused), or an empty Map. Anything else throws a TypeError listing what is supported; there is never a
+ * `IdempotencyObject`, a D1 database; a Workers KV namespace is refused), a `DynamoDBClient`
+ * (`dynamodb://table?region=…` as a URL), or an empty Map. Anything else throws a TypeError listing what is supported; there is never a
  * silent fallback to memory.
  */
 export function createStore(target: StoreTarget, options: CreateStoreOptions = {}): IdempotencyStore {

@@ -16,6 +16,7 @@ import type { DriverDefinition } from './definition.js';
 // <drivers: imports> written by `npm run sync-entries` from entries.ts
 import { d1Driver } from './d1-definition.js';
 import { durableObjectsDriver } from './durable-objects-definition.js';
+import { dynamodbDriver } from './dynamodb-definition.js';
 import { memoryDriver } from './memory-definition.js';
 import { mysqlDriver } from './mysql-definition.js';
 import { postgresDriver } from './postgres-definition.js';
@@ -47,6 +48,7 @@ export const DRIVERS: readonly RegisteredDriver[] = [
   registered(mysqlDriver, async () => (await import('./mysql.js')).mysqlStore),
   registered(durableObjectsDriver, async () => (await import('./durable-object-store.js')).durableObjectStore),
   registered(d1Driver, async () => (await import('./d1.js')).d1Store),
+  registered(dynamodbDriver, async () => (await import('./dynamodb.js')).dynamodbStore),
   // </drivers: list>
 ];
 

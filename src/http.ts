@@ -8,6 +8,7 @@ import { Engine } from './engine.js';
 import { IdempotencyKeyError, isIdempotencyError, ScopeRequiredError, type IdempotencyError } from './errors.js';
 import { FieldSelection, requestFingerprint, type FingerprintFields } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
+import { idempotencyDisabled } from './kill-switch.js';
 import type { Lease } from './lease.js';
 import { splitTtl, type EngineOptions } from './options.js';
 import { problemResponse, type FormatError, type HttpResponse } from './problem.js';
@@ -96,6 +97,15 @@ export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, '
    * @default RFC 9457 problem details (`application/problem+json`)
    */
   formatError?: FormatError;
+  /**
+   * Change a replayed response before it is sent: add a header, a field of the body. Gets
+   * the replay (status, headers with `idempotent-replayed`, body bytes) and the request;
+   * returns the response to send (or nothing to send it as it is). Called for replays only,
+   * never for the first execution or the layer's own errors; the stored record is not
+   * changed. A hook that throws fails the request like a handler error.
+   * @default none
+   */
+  onReplay?: (response: HttpResponse, req: Req) => HttpResponse | void;
 }
 
 /**
@@ -239,6 +249,8 @@ export class Idempotency<Req = unknown> {
   readonly #defaults: AdapterDefaults<Req> | undefined;
   readonly #ttl: ((req: Req, response: CapturedResponse) => number) | undefined;
   readonly #claims: LayerForClaims<Req>;
+  /** The kill switch (`IDEMPOTENCY_KIT_DISABLED`) was on when the layer was made: nothing is covered. */
+  readonly #disabled: boolean;
 
   constructor(options: IdempotencyOptions<Req>, defaults?: AdapterDefaults<Req>) {
     const [engineOptions, ttl] = splitTtl(options);
@@ -294,6 +306,8 @@ export class Idempotency<Req = unknown> {
     }
     this.#replayHeaders = new Set([...DEFAULT_REPLAY_HEADERS, ...replayHeaders.map((h) => h.toLowerCase())]);
     this.#fingerprintHeaders = fingerprintHeaders.map((h) => h.toLowerCase());
+    if (options.onReplay !== undefined) assertFunction('onReplay', options.onReplay);
+    this.#disabled = idempotencyDisabled();
   }
 
   /** A copy with some options changed, sharing the store (per-route overrides). */
@@ -303,7 +317,7 @@ export class Idempotency<Req = unknown> {
 
   /** Only covered methods are looked at. */
   covers(method: string): boolean {
-    return this.methods.has(method.toUpperCase());
+    return !this.#disabled && this.methods.has(method.toUpperCase());
   }
 
   /** Decide what to do with a request: pass it through, answer it, or run the handler under a claim. */
@@ -384,14 +398,8 @@ export class Idempotency<Req = unknown> {
       const acquired = await this.engine.acquire(key, scope, fingerprint);
       if (acquired.type === 'replay') {
         const stored = acquired.record.response;
-        return {
-          type: 'respond',
-          response: {
-            status: stored.status,
-            headers: { ...stored.headers, 'idempotent-replayed': 'true' },
-            body: stored.body!,
-          },
-        };
+        const response: HttpResponse = { status: stored.status, headers: { ...stored.headers, 'idempotent-replayed': 'true' }, body: stored.body! };
+        return { type: 'respond', response: options.onReplay ? (options.onReplay(response, request.raw) ?? response) : response };
       }
       return { type: 'execute', claim: this.#claim(acquired.lease, request.raw), body, request };
     } catch (error) {

@@ -9,6 +9,7 @@
 import { createHash } from 'node:crypto';
 import { Engine } from './engine.js';
 import { isTransactionalStore, type TransactionalStore } from './transaction.js';
+import { idempotencyDisabled } from './kill-switch.js';
 import { IdempotencyKeyError, ResultNotStorableError, ScopeRequiredError } from './errors.js';
 import { hashValue } from './fingerprint.js';
 import type { KeySpace } from './key.js';
@@ -51,6 +52,13 @@ export interface IdempotentOptions<Args extends readonly unknown[], Result = unk
    * metadata (redelivered flags, delivery tags) between deliveries of the same message.
    */
   fingerprint?: (...args: Args) => unknown;
+  /**
+   * Change a stored result before a repeat call returns it (a field saying it is a replay,
+   * say): gets the result and the call's arguments, returns what the call returns. Never
+   * called for the first run; the stored record is not changed.
+   * @default none
+   */
+  onReplay?(result: Result, args: Args): unknown;
 }
 
 /**
@@ -58,7 +66,7 @@ export interface IdempotentOptions<Args extends readonly unknown[], Result = unk
  * store's database, which also completes the record before it commits.
  */
 export interface IdempotentTransactionOptions<Args extends readonly unknown[], Client>
-  extends Omit<IdempotentOptions<Args>, 'store' | 'ttl'> {
+  extends Omit<IdempotentOptions<Args>, 'store' | 'ttl' | 'onReplay'> {
   /**
    * How long a result replays, in ms. A number only: the transaction completes the record
    * with a lifetime fixed before fn runs.
@@ -175,6 +183,14 @@ export function idempotentIn<F extends AnyFunction>(
   }
   if (scopeFn !== undefined) assertFunction('scope', scopeFn);
   if (fingerprintFn !== undefined) assertFunction('fingerprint', fingerprintFn);
+  const onReplay = (options as IdempotentOptions<Parameters<F>>).onReplay;
+  if (onReplay !== undefined) assertFunction('onReplay', onReplay);
+  // The kill switch: every call runs fn as it is (said loudly once, refused in production unless forced).
+  if (idempotencyDisabled()) {
+    return async function unprotectedCall(this: ThisParameterType<F>, ...args: Parameters<F>): Promise<Awaited<ReturnType<F>>> {
+      return (await fn.apply(this, args)) as Awaited<ReturnType<F>>;
+    };
+  }
 
   const scopeOf = (value: unknown): string => {
     if ((typeof value === 'string' && value !== '') || (typeof value === 'number' && Number.isFinite(value))) return String(value);
@@ -205,7 +221,8 @@ export function idempotentIn<F extends AnyFunction>(
     }
     if (acquired.type === 'replay') {
       // A completed record without a body is answered by the engine (not-replayable).
-      return deserializeResult(acquired.record.response.body!) as Awaited<ReturnType<F>>;
+      const result = deserializeResult(acquired.record.response.body!) as Awaited<ReturnType<F>>;
+      return onReplay ? (onReplay(result, args) as Awaited<ReturnType<F>>) : result;
     }
 
     const { lease } = acquired;

@@ -41,6 +41,7 @@ export {
   type IdempotencyOptions,
 } from './http.js';
 export { idempotent, type IdempotentOptions, type IdempotentTransactionOptions } from './idempotent.js';
+export { withLocalCache, type LocalCacheOptions } from './local-cache.js';
 export {
   idempotentBatch,
   type BatchFailure,

@@ -86,8 +86,10 @@ export class Lease {
       flight.inProgress(now());
     }
     // Renew at a third of the lease, so two missed renewals still leave time.
-    this.#timer = setInterval(() => void this.#renew(), Math.max(1, Math.floor(leaseMs / 3)));
-    this.#timer.unref();
+    if (engine.options.renewLease) {
+      this.#timer = setInterval(() => void this.#renew(), Math.max(1, Math.floor(leaseMs / 3)));
+      this.#timer.unref();
+    }
   }
 
   /** True once another claimer took the key over: this owner's writes are refused. */

@@ -27,6 +27,13 @@ export interface EngineOptions {
    */
   leaseMs?: number;
   /**
+   * Whether a claim renews its lease (every leaseMs/3) while the handler runs. `false`: the
+   * claim holds for `leaseMs` and no longer, with no write while it runs; for a caller that
+   * knows when its handler is certain to have stopped (a Lambda invocation's deadline).
+   * @default true
+   */
+  renewLease?: boolean;
+  /**
    * How long a completed record is replayed, in ms. The HTTP layer and
    * `idempotent()` also accept a function of the request and response (or of the
    * arguments and result), see docs/semantics.md#per-operation-ttl.
@@ -68,6 +75,7 @@ export interface ResolvedEngineOptions {
   store: IdempotencyStore;
   wait: number;
   leaseMs: number;
+  renewLease: boolean;
   ttl: number;
   storeTimeoutMs: number;
   onStoreError: 'fail' | 'continue';
@@ -96,6 +104,7 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
     store,
     wait: options.wait ?? 2000,
     leaseMs: options.leaseMs ?? 30_000,
+    renewLease: options.renewLease ?? true,
     ttl: options.ttl ?? 86_400_000,
     storeTimeoutMs: options.storeTimeoutMs ?? 2000,
     onStoreError: options.onStoreError ?? 'fail',
@@ -106,6 +115,7 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
   };
   assertInteger('wait', resolved.wait, 0);
   assertInteger('leaseMs', resolved.leaseMs, 1);
+  if (typeof resolved.renewLease !== 'boolean') throw new TypeError(`Expected \`renewLease\` to be a boolean, got ${String(resolved.renewLease)}`);
   assertInteger('ttl', resolved.ttl, 1);
   assertInteger('storeTimeoutMs', resolved.storeTimeoutMs, 1);
   assertOneOf('onStoreError', resolved.onStoreError, ['fail', 'continue'] as const);

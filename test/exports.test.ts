@@ -42,7 +42,7 @@ describe('package exports', () => {
         'BodyTooLargeError', 'Idempotency', 'IdempotencyConflictError', 'IdempotencyError', 'IdempotencyKeyError',
         'IdempotencyMismatchError', 'RecordUnreadableError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
         'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'idempotentBatch', 'isIdempotencyError',
-        'inTransaction', 'LeaseLostError', 'TransactionConflictError',
+        'inTransaction', 'LeaseLostError', 'TransactionConflictError', 'withLocalCache',
       ].sort(),
     );
     expect(esmKeys('./node')).toEqual(['withIdempotency']);

@@ -23,7 +23,7 @@ import { storeReachable, storeTarget, type StoreKind } from './fixtures/stores.j
 // Short for a fast suite, long enough that a loaded 2-core CI machine still shows the 409s.
 const LEASE_MS = 3000;
 const CRASHES_PER_STORE = 2;
-const KINDS: StoreKind[] = ['redis', 'postgres', 'sqlite', 'mysql'];
+const KINDS: StoreKind[] = ['redis', 'postgres', 'sqlite', 'mysql', 'dynamodb'];
 const survived = { crashes: 0, pauses: 0 };
 
 afterAll(async () => {
@@ -32,8 +32,8 @@ afterAll(async () => {
 });
 
 for (const kind of KINDS) {
-  const target = storeTarget(kind);
   const available = await storeReachable(kind);
+  const target = storeTarget(kind);
 
   describe.skipIf(!available)(`crash recovery on ${kind}`, () => {
     const log = execLog();

@@ -11,11 +11,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execLog, figure, rawRequest, startServer, stopAllServers, type RawReply, type ServerProcess } from './fixtures/cluster.js';
 import { storeReachable, storeTarget, type StoreKind, type StoreTarget } from './fixtures/stores.js';
 
-const KINDS: StoreKind[] = ['memory', 'sqlite', 'redis', 'postgres', 'mysql'];
+const KINDS: StoreKind[] = ['memory', 'sqlite', 'redis', 'postgres', 'mysql', 'dynamodb'];
 const MAX_BODY_BYTES = 256 * 1024;
 /** Per store; the memory store, fastest, gets more. */
-const KEY_RUNS: Record<StoreKind, number> = { memory: 600, sqlite: 300, redis: 300, postgres: 300, mysql: 300 };
-const BODY_RUNS: Record<StoreKind, number> = { memory: 150, sqlite: 80, redis: 80, postgres: 80, mysql: 80 };
+const KEY_RUNS: Record<StoreKind, number> = { memory: 600, sqlite: 300, redis: 300, postgres: 300, mysql: 300, dynamodb: 150 };
+const BODY_RUNS: Record<StoreKind, number> = { memory: 150, sqlite: 80, redis: 80, postgres: 80, mysql: 80, dynamodb: 40 };
 
 /** What may come back. 431: Node's own limit on header size; 415/400: the handler's. */
 const ALLOWED = new Set([201, 400, 409, 413, 415, 422, 431]);

@@ -98,7 +98,7 @@ describe('createStore: URL forms', () => {
   });
 
   it('lists every supported scheme', () => {
-    expect([...SUPPORTED_SCHEMES]).toEqual(['memory://', 'sqlite://', 'redis://', 'rediss://', 'redis+cluster://', 'rediss+cluster://', 'redis+sentinel://', 'rediss+sentinel://', 'postgres://', 'postgresql://', 'mysql://']);
+    expect([...SUPPORTED_SCHEMES]).toEqual(['memory://', 'sqlite://', 'redis://', 'rediss://', 'redis+cluster://', 'rediss+cluster://', 'redis+sentinel://', 'rediss+sentinel://', 'postgres://', 'postgresql://', 'mysql://', 'dynamodb://']);
   });
 });
 

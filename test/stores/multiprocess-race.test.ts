@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { dynalite } from '../helpers/dynalite.js';
 import { MYSQL_URL, POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 
 const WORKER = fileURLToPath(new URL('./race-worker.ts', import.meta.url));
@@ -92,4 +93,9 @@ describe('multi-process claim race: 4 processes x 100 keys x 10 concurrent claim
   it.skipIf(!mysqlUp)('S1/S5: MySQL / MariaDB', async () => {
     await race(MYSQL_URL);
   });
+
+  it('S1/S5: DynamoDB (dynalite, started by the test)', async () => {
+    const server = await dynalite();
+    await race(server.url(await server.table('idk-race')));
+  }, 60_000);
 });
