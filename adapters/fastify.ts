@@ -18,7 +18,7 @@ import { Transform, finished } from 'node:stream';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { BodyTooLargeError } from '../src/errors.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { RawBody } from '../src/fingerprint.js';
+import { isJsonType, ParsedJsonBody, RawBody } from '../src/fingerprint.js';
 import { captureStream, endAfterDrain, invalidHeader, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
 import { uploadBody, type UploadSource } from './internal/uploads.js';
 
@@ -50,6 +50,11 @@ class RequestState {
   settled = false;
   /** Bytes of a chunked body counted on their way to the parser (a declared length is used as it is). */
   counted: number | undefined;
+  /**
+   * A JSON body's chunks as they went to the parser: Fastify's parser decodes them leniently
+   * and rounds large numbers, so the fingerprint reads these (up to `maxBodyBytes`).
+   */
+  chunks: Buffer[] | undefined;
 
   constructor(
     readonly layer: Idempotency<FastifyRequest>,
@@ -171,15 +176,26 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     // A declared length is the body's length (Node's parser reads exactly that many
     // bytes), so it is checked as it is; only a chunked body is counted on its way. An
     // upload is not read by a parser here (@fastify/multipart reads request.raw itself):
-    // the layer reads and counts it in preHandler.
-    if (!state || declaredLength(request.headers['content-length']) !== undefined || isMultipart(request.headers['content-type'])) {
+    // the layer reads and counts it in preHandler. A JSON body's bytes are kept on their
+    // way, for the fingerprint.
+    if (!state || isMultipart(request.headers['content-type'])) {
       done(null, payload);
       return;
     }
-    state.counted = 0;
+    const declared = declaredLength(request.headers['content-length']);
+    const json = isJsonType(request.headers['content-type']);
+    if (declared !== undefined && (!json || declared === 0 || declared > state.layer.maxBodyBytes)) {
+      done(null, payload);
+      return;
+    }
+    if (declared === undefined) state.counted = 0;
+    const chunks: Buffer[] | undefined = json ? (state.chunks = []) : undefined;
+    const limit = state.layer.maxBodyBytes;
+    let kept = 0;
     const counter = new Transform({
       transform(chunk: Buffer, _encoding, callback) {
-        state.counted! += chunk.length;
+        if (state.counted !== undefined) state.counted += chunk.length;
+        if (chunks !== undefined && (kept += chunk.length) <= limit) chunks.push(chunk);
         callback(null, chunk);
       },
     });
@@ -225,6 +241,12 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
           // Attached to the body in preValidation (attachFieldsToBody): its fields and files.
           const { fields, files } = attachedUpload(request.body);
           return uploadBody(fields, files, request.body, uploadSource);
+        }
+        const { chunks } = state;
+        // The parser's value, with the bytes it was parsed from (a body the parser did not
+        // take, as with a custom parser that yields nothing, is the value alone).
+        if (chunks !== undefined && chunks.length > 0 && request.body !== undefined) {
+          return new ParsedJsonBody(request.body, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks), true);
         }
         return request.body;
       },

@@ -65,6 +65,7 @@ import {
   bodyConsumed,
   captureExpressResponse,
   keyHeaderLines,
+  parsedBody,
   readBody,
   restoreBody,
   sendResponse,
@@ -519,7 +520,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
       body: () => {
         if (bodyConsumed(rawReq) || req.body !== undefined) {
           assertDeclaredLength(rawReq, layer.maxBodyBytes);
-          return req.body;
+          // With `rawBody: true`, Nest keeps the bytes its parser read: they count as sent.
+          return parsedBody(req.body, (req as { rawBody?: unknown }).rawBody, req.headers['content-type'] as string | undefined);
         }
         return readBody(rawReq, layer.maxBodyBytes).then((read) => (raw = read));
       },
