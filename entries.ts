@@ -38,6 +38,7 @@ export const entries = {
   './mqtt': 'consumers/mqtt.ts',
   './webhooks': 'consumers/webhooks.ts',
   './nestjs': 'adapters/nestjs.ts',
+  './openapi': 'src/openapi.ts',
 } as const satisfies Record<'.' | `./${string}`, `${string}.ts`>;
 
 export type Subpath = keyof typeof entries;

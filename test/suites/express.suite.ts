@@ -101,7 +101,7 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
     it('H14: after express.json() with a verify hook that keeps req.rawBody: numbers and bytes count as sent', async () => {
       const calls = new Calls();
       const app = express();
-      app.use(express.json({ verify: (req, _res, buf) => void ((req as { rawBody?: Buffer }).rawBody = buf) }));
+      app.use(express.json({ verify: (req, _res, buf) => void ((req as unknown as { rawBody?: Buffer }).rawBody = buf) }));
       app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
       app.post('/orders', route((req, res) => res.status(201).json({ n: calls.hit('orders'), got: req.body })));
       const url = await listen(app);
