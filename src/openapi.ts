@@ -403,3 +403,36 @@ export function addIdempotencyContract<T extends OpenApiDocument>(document: T, s
   }
   return copy;
 }
+
+/**
+ * The parts a covered operation gets, with no `$ref`: for generators that build their own
+ * components (`@nestjs/swagger` decorators, `@hono/zod-openapi` routes).
+ */
+export interface InlineContract {
+  /** The header parameter object. */
+  parameter: OpenApiObject & { name: string; required: boolean; description: string; schema: OpenApiObject };
+  /** The error responses, by status. */
+  responses: Record<string, OpenApiObject & { description: string }>;
+  /** The replay header, by name, for the operation's own responses. */
+  replayedHeader: { name: string; header: OpenApiObject };
+}
+
+/** `contract`'s operation parts with every `$ref` replaced by what it names. */
+export function inlineContract(contract: IdempotencyContract): InlineContract {
+  const components = contract.components as Record<string, Record<string, unknown>>;
+  const resolve = (value: unknown): unknown => {
+    if (Array.isArray(value)) return value.map(resolve);
+    if (typeof value !== 'object' || value === null) return value;
+    const ref = (value as { $ref?: unknown }).$ref;
+    if (typeof ref === 'string') {
+      const [, , kind, name] = ref.split('/');
+      return resolve(components[kind!]![name!]);
+    }
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, resolve(v)]));
+  };
+  return {
+    parameter: resolve(contract.parameter) as InlineContract['parameter'],
+    responses: resolve(contract.responses) as InlineContract['responses'],
+    replayedHeader: { name: contract.replayedHeader.name, header: resolve(contract.replayedHeader.ref) as OpenApiObject },
+  };
+}

@@ -16,7 +16,7 @@ import type { OpenApiDocument } from '../../src/openapi.js';
 /** Validate `document`; a failure names every error. */
 export async function expectValidDocument(document: OpenApiDocument): Promise<void> {
   const result = await validate(structuredClone(document) as never);
-  expect(result.valid, result.valid ? '' : compileErrors(result)).toBe(true);
+  expect(result.valid, result.valid ? "" : compileErrors(result)).toBe(true);
 }
 
 /** Every operation of a document, `METHOD path`. */
