@@ -315,7 +315,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     const read = (target: object) => this.#reflector.get<Record<string, unknown> | false | undefined>(IDEMPOTENT_METADATA, target as Function);
     this.#rpc = new NestRpc(options ?? {}, layer.engine.options.store, read);
     // With @nestjs/swagger installed, protected handlers document the key and the refusals.
-    documentHandlers(modules, (controller, handler) => this.layerFor(controller, handler) as Idempotency<never> | null);
+    documentHandlers(modules, (controller, handler) => this.layerFor(controller, handler));
   }
 
   /** Builds the layer of every handler now, so a bad `@Idempotent()` option fails the start. */

@@ -37,8 +37,18 @@ export type ContractOptions = Pick<
   'methods' | 'required' | 'header' | 'maxKeyLength' | 'maxBodyBytes' | 'scope' | 'formatError' | 'onStoreError' | 'encryption'
 >;
 
+/** What the contract reads of a layer (an `Idempotency`, whatever its request type). */
+export interface ContractLayer {
+  readonly methods: ReadonlySet<string>;
+  readonly required: boolean;
+  readonly header: string;
+  readonly maxKeyLength: number;
+  readonly maxBodyBytes: number;
+  readonly options: { readonly scope?: unknown; readonly formatError?: unknown; readonly onStoreError?: 'fail' | 'continue'; readonly encryption?: unknown };
+}
+
 /** A layer (what an adapter made), or the options a layer is made with. */
-export type ContractSource = Idempotency<never> | Idempotency<any> | ContractOptions; // eslint-disable-line @typescript-eslint/no-explicit-any
+export type ContractSource = ContractLayer | ContractOptions;
 
 /** An OpenAPI object, loosely typed: the description works on any document of version 3.0 or 3.1. */
 export type OpenApiObject = Record<string, unknown>;
@@ -107,15 +117,23 @@ const REASONS: readonly KeyInvalidReason[] = ['empty', 'too-long', 'non-printabl
 const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'];
 
 function optionsOf(source: ContractSource): ContractOptions {
-  if (source instanceof Idempotency) {
-    const layer = source as Idempotency<unknown>;
+  // A layer of this copy of the package, or of another one (its ESM and CommonJS builds).
+  if (source instanceof Idempotency || (typeof source === 'object' && source !== null && (source as { methods?: unknown }).methods instanceof Set)) {
+    const layer = source as ContractLayer;
     // The layer's own checked values where it keeps them; the rest as given.
-    return { ...layer.options, methods: [...layer.methods], required: layer.required, header: layer.header, maxKeyLength: layer.maxKeyLength, maxBodyBytes: layer.maxBodyBytes };
+    return {
+      ...(layer.options as ContractOptions),
+      methods: [...layer.methods],
+      required: layer.required,
+      header: layer.header,
+      maxKeyLength: layer.maxKeyLength,
+      maxBodyBytes: layer.maxBodyBytes,
+    };
   }
   if (typeof source !== 'object' || source === null) {
     throw new TypeError(`Expected a layer (\`new Idempotency(...)\`) or its options, got ${String(source)}`);
   }
-  return source;
+  return source as ContractOptions;
 }
 
 function versionOf(openapi: unknown): '3.0' | '3.1' {

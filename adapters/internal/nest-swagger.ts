@@ -41,9 +41,9 @@ const documented = new WeakSet<Function>();
  * `@nestjs/swagger` (`swagger`, or the installed one). `layerFor` is the interceptor's;
  * a handler whose options are wrong is left for the interceptor's checks at start.
  */
-export function documentHandlers(
+export function documentHandlers<Req>(
   modules: ModulesContainer | undefined,
-  layerFor: (controller: Type<unknown>, handler: Function) => Idempotency<never> | null,
+  layerFor: (controller: Type<unknown>, handler: Function) => Idempotency<Req> | null,
   swagger: NestSwagger | null = loadNestSwagger(),
 ): void {
   if (swagger === null || modules === undefined) return;
@@ -59,7 +59,7 @@ export function documentHandlers(
         if (name === 'constructor' || typeof handler !== 'function' || documented.has(handler)) continue;
         const method = reflector.get<RequestMethod | undefined>('method', handler);
         if (method === undefined) continue; // not a route
-        let layer: Idempotency<never> | null;
+        let layer: Idempotency<Req> | null;
         try {
           layer = layerFor(controller, handler);
         } catch {
