@@ -25,7 +25,6 @@
  * retry that spans an upgrade replays instead of being refused as a different request.
  * @module
  */
-import * as nodeBuffer from 'node:buffer';
 import { createHash } from 'node:crypto';
 import { anyValueHash, canonicalJsonExact, canonicalJsonOf, hashValue, jsonNumbersExact, parseJsonExact, sha256 } from './canonical-json.js';
 import { FieldSelection } from './fingerprint-fields.js';
@@ -143,8 +142,13 @@ function exactDigest(text: string, fields: FieldSelection | undefined): BodyDige
 }
 
 type IsUtf8 = (input: Uint8Array) => boolean;
-/** `buffer.isUtf8` (Node ≥ 18.14), else a fatal decode. */
-const isUtf8: IsUtf8 = (nodeBuffer as unknown as { isUtf8?: IsUtf8 }).isUtf8 ?? ((bytes) => strictUtf8(bytes) !== undefined);
+/**
+ * `buffer.isUtf8` where the runtime offers it without an import (`process.getBuiltinModule`,
+ * Node ≥ 20.16: the web adapters' module graph imports no `node:buffer`), else a fatal decode.
+ */
+const isUtf8: IsUtf8 =
+  ((globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process?.getBuiltinModule?.('node:buffer') as { isUtf8?: IsUtf8 } | undefined)
+    ?.isUtf8 ?? ((bytes) => strictUtf8(bytes) !== undefined);
 
 /**
  * A JSON body parsed already: its value counts, unless its bytes are not UTF-8 (a lenient
