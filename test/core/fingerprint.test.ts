@@ -540,6 +540,40 @@ describe('JSON numbers by their decimal text (H14)', () => {
     expect(jsonNumbersExact('{"card":"12345678901234567890","esc":"\\\\","n":1.5e3}')).toBe(true);
   });
 
+  it('H14: jsonNumbersExact is false exactly when one number token is not the number its double writes (random tokens in random JSON)', () => {
+    const digits = (min: number, max: number) => fc.string({ unit: fc.constantFrom(...'0123456789'), minLength: min, maxLength: max });
+    const token = fc
+      .tuple(fc.boolean(), digits(1, 24), fc.option(digits(1, 20)), fc.option(fc.tuple(fc.constantFrom('e', 'E'), fc.constantFrom('', '+', '-'), digits(1, 3))))
+      .map(([negative, int, frac, exp]) => `${negative ? '-' : ''}${int.length > 1 ? int.replace(/^0+/, '') || '0' : int}${frac === null ? '' : `.${frac}`}${exp === null ? '' : exp.join('')}`)
+      .filter((t) => Number.isFinite(Number(t)));
+    // JSON text with the number tokens it holds (strings may hold digits, exponents, escaped quotes).
+    type Doc = { text: string; tokens: string[] };
+    const doc = fc.letrec((tie) => ({
+      value: fc.oneof(
+        { depthSize: 'small' },
+        token.map((t): Doc => ({ text: t, tokens: [t] })),
+        fc.oneof(fc.string(), token.map((t) => `\\"${t}e123`)).map((s): Doc => ({ text: JSON.stringify(s), tokens: [] })),
+        tie('array'),
+        tie('object'),
+      ),
+      array: fc.array(tie('value'), { maxLength: 4 }).map((items): Doc => {
+        const docs = items as Doc[];
+        return { text: `[${docs.map((d) => d.text).join(',')}]`, tokens: docs.flatMap((d) => d.tokens) };
+      }),
+      object: fc.array(fc.tuple(fc.string(), tie('value')), { maxLength: 4 }).map((members): Doc => {
+        const docs = members as [string, Doc][];
+        return { text: `{${docs.map(([k, d]) => `${JSON.stringify(k)} : ${d.text}`).join(',')}}`, tokens: docs.flatMap(([, d]) => d.tokens) };
+      }),
+    })).value as fc.Arbitrary<Doc>;
+    fc.assert(
+      fc.property(doc, ({ text, tokens }) => {
+        JSON.parse(text);
+        expect(jsonNumbersExact(text)).toBe(tokens.every((t) => numberText(t) === JSON.stringify(Number(t))));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
   it('H14: two JSON bodies fingerprint alike exactly when their numbers are equal decimals (any spelling, any member order)', () => {
     const fp = (body: string) => fingerprintRequest({ method: 'POST', url: '/p', headers: { 'content-type': 'application/json' }, body });
     expect(fp('{"id":12345678901234567890,"a":1}')).not.toBe(fp('{"id":12345678901234567891,"a":1}'));
