@@ -331,13 +331,40 @@ export function numberText(token: string): string {
 /** A number token's text is the double's when it has at most 15 digits and no exponent (no double rounds it). */
 const FAITHFUL_DIGITS = 15;
 
+/** `[0-9.]`: a character of a number's digits. */
+const isDigitOrDot = (c: number): boolean => (c >= 0x30 && c <= 0x39) || c === 0x2e;
+
 /**
- * What every number a double may round holds: 16 digits (a dot among them), or an exponent
- * of 3 digits (beyond the doubles, or below their full precision). A number of at most
- * 15 digits with a 1- or 2-digit exponent lies well inside the doubles' range, where a
- * double holds every 15-digit decimal.
+ * Whether the text may hold a number a double rounds: one of 16 digits or more (a dot among
+ * them), or a negative exponent of 3 digits (below the doubles' full precision). A number of
+ * at most 15 digits is a decimal a double holds (and one beyond the doubles' range is
+ * refused before this, as a value JSON cannot hold). Strings are looked at too, so this is
+ * a superset; the token walk decides.
+ *
+ * It runs on every JSON body, so it looks at one character in 16 (a run of 16 digits holds
+ * one of them, and the run around a digit seen is measured whole), and finds exponents by
+ * the runtime's own search for `-`.
  */
-const RISKY = /\d[\d.]{15}|[eE][-+]?\d{3}/;
+function mayRound(text: string): boolean {
+  const length = text.length;
+  for (let i = 15; i < length; i += 16) {
+    if (!isDigitOrDot(text.charCodeAt(i))) continue;
+    let start = i;
+    while (start > 0 && isDigitOrDot(text.charCodeAt(start - 1))) start--;
+    let end = i + 1;
+    while (end < length && isDigitOrDot(text.charCodeAt(end))) end++;
+    if (end - start >= 16) return true;
+    // On to the first sample after this run (the loop adds 16 to the last one inside it).
+    i = end - 1 - ((end - 1 - 15) & 15);
+  }
+  for (let at = text.indexOf('-'); at !== -1; at = text.indexOf('-', at + 1)) {
+    const e = text.charCodeAt(at - 1);
+    if ((e === 0x65 || e === 0x45) && isDigit(text.charCodeAt(at + 1)) && isDigit(text.charCodeAt(at + 2)) && isDigit(text.charCodeAt(at + 3))) return true;
+  }
+  return false;
+}
+
+const isDigit = (c: number): boolean => c >= 0x30 && c <= 0x39;
 
 /**
  * Whether every number of a JSON text is the number its double writes: then the canonical
@@ -347,10 +374,10 @@ const RISKY = /\d[\d.]{15}|[eE][-+]?\d{3}/;
  * strings is ASCII).
  */
 export function jsonNumbersExact(text: string): boolean {
-  // Most texts hold no run of 16 digits and no 3-digit exponent anywhere (strings
-  // included): no number in them can be one a double rounds, and one regular expression
-  // over the text says so faster than a walk through its tokens.
-  if (!RISKY.test(text)) return true;
+  // Most texts hold no run of 16 digits and no 3-digit negative exponent anywhere (strings
+  // included): no number in them can be one a double rounds, and a look at one character
+  // in 8 says so faster than a walk through its tokens.
+  if (!mayRound(text)) return true;
   const length = text.length;
   let i = 0;
   while (i < length) {
