@@ -48,6 +48,7 @@ export const entries = {
   './webhooks': 'consumers/webhooks.ts',
   './nestjs': 'adapters/nestjs.ts',
   './lambda': 'adapters/lambda.ts',
+  './openapi': 'src/openapi.ts',
 } as const satisfies Record<'.' | `./${string}`, `${string}.ts`>;
 
 export type Subpath = keyof typeof entries;

@@ -25,6 +25,7 @@ import {
   bodyConsumed,
   isMultipart,
   keyHeaderLines,
+  parsedBody,
   readBody,
   restoreBody,
   sendResponse,
@@ -95,7 +96,7 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
               const { file, files } = req as UploadedRequest;
               return uploadBody(req.body, [file, files], req.body, multerSource);
             }
-            return req.body;
+            return parsedBody(req.body, (req as { rawBody?: unknown }).rawBody, req.headers['content-type']);
           }
           return readBody(req, layer.maxBodyBytes).then((read) => (raw = read));
         },

@@ -14,11 +14,13 @@
  * await app.listen({ port: 3000 });
  */
 import type { ServerResponse } from 'node:http';
+import { createRequire } from 'node:module';
 import { Transform, finished } from 'node:stream';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { BodyTooLargeError } from '../src/errors.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { RawBody } from '../src/fingerprint.js';
+import { isJsonType, ParsedJsonBody, RawBody } from '../src/fingerprint.js';
+import { documentOperation, idempotencyContract, type OpenApiDocument } from '../src/openapi.js';
 import { captureStream, endAfterDrain, invalidHeader, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
 import { uploadBody, type UploadSource } from './internal/uploads.js';
 
@@ -50,6 +52,11 @@ class RequestState {
   settled = false;
   /** Bytes of a chunked body counted on their way to the parser (a declared length is used as it is). */
   counted: number | undefined;
+  /**
+   * A JSON body's chunks as they went to the parser: Fastify's parser decodes them leniently
+   * and rounds large numbers, so the fingerprint reads these (up to `maxBodyBytes`).
+   */
+  chunks: Buffer[] | undefined;
 
   constructor(
     readonly layer: Idempotency<FastifyRequest>,
@@ -158,9 +165,20 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     return state;
   };
 
-  // Build (and so check) each route's overrides when the route is declared.
+  // Build (and so check) each route's overrides when the route is declared; note what it
+  // covers, for the OpenAPI document.
+  const covered: CoveredRoute[] = [];
   fastify.addHook('onRoute', (route) => {
-    routeLayer(route.config?.idempotency);
+    const routed = routeLayer(route.config?.idempotency);
+    if (!routed) return;
+    for (const method of Array.isArray(route.method) ? route.method : [route.method]) {
+      if (routed.covers(method)) covered.push({ method: method.toLowerCase(), url: route.url, layer: routed });
+    }
+  });
+  // With @fastify/swagger, its document carries the contract on every covered route.
+  fastify.addHook('onReady', function idempotencyOpenapi(done) {
+    documentSwagger(fastify, covered);
+    done();
   });
 
   // Count the body's bytes on the way to Fastify's parser, for `maxBodyBytes` (413). The
@@ -171,15 +189,26 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     // A declared length is the body's length (Node's parser reads exactly that many
     // bytes), so it is checked as it is; only a chunked body is counted on its way. An
     // upload is not read by a parser here (@fastify/multipart reads request.raw itself):
-    // the layer reads and counts it in preHandler.
-    if (!state || declaredLength(request.headers['content-length']) !== undefined || isMultipart(request.headers['content-type'])) {
+    // the layer reads and counts it in preHandler. A JSON body's bytes are kept on their
+    // way, for the fingerprint.
+    if (!state || isMultipart(request.headers['content-type'])) {
       done(null, payload);
       return;
     }
-    state.counted = 0;
+    const declared = declaredLength(request.headers['content-length']);
+    const json = isJsonType(request.headers['content-type']);
+    if (declared !== undefined && (!json || declared === 0 || declared > state.layer.maxBodyBytes)) {
+      done(null, payload);
+      return;
+    }
+    if (declared === undefined) state.counted = 0;
+    const chunks: Buffer[] | undefined = json ? (state.chunks = []) : undefined;
+    const limit = state.layer.maxBodyBytes;
+    let kept = 0;
     const counter = new Transform({
       transform(chunk: Buffer, _encoding, callback) {
-        state.counted! += chunk.length;
+        if (state.counted !== undefined) state.counted += chunk.length;
+        if (chunks !== undefined && (kept += chunk.length) <= limit) chunks.push(chunk);
         callback(null, chunk);
       },
     });
@@ -225,6 +254,12 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
           // Attached to the body in preValidation (attachFieldsToBody): its fields and files.
           const { fields, files } = attachedUpload(request.body);
           return uploadBody(fields, files, request.body, uploadSource);
+        }
+        const { chunks } = state;
+        // The parser's value, with the bytes it was parsed from (a body the parser did not
+        // take, as with a custom parser that yields nothing, is the value alone).
+        if (chunks !== undefined && chunks.length > 0 && request.body !== undefined) {
+          return new ParsedJsonBody(request.body, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks), true);
         }
         return request.body;
       },
@@ -309,6 +344,60 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
     // Something Fastify sends in its own way (a fetch Response): not capturable.
     claim.finish({ ...head, body: null }).then(sent, done);
   });
+}
+
+/** A route the plugin covers, for the OpenAPI document. */
+interface CoveredRoute {
+  method: string;
+  url: string;
+  layer: Idempotency<FastifyRequest>;
+}
+
+type SwaggerDecorator = (options?: { yaml?: boolean }) => unknown;
+
+/** A Fastify route URL as @fastify/swagger writes it in the document: `/orders/:id` is `/orders/{id}`. */
+const openapiPath = (url: string): string => url.replace(/:(\w+)(\([^)]*\))?/g, '{$1}');
+
+/**
+ * Wrap @fastify/swagger's `fastify.swagger()` (when registered) so that its document
+ * carries the key header and the refusals on every covered route, as that route's own
+ * layer says (per-route overrides included). The document is made once, as that plugin
+ * makes its own once.
+ */
+function documentSwagger(fastify: FastifyInstance, covered: readonly CoveredRoute[]): void {
+  const instance = fastify as unknown as { swagger?: SwaggerDecorator };
+  const original = instance.swagger;
+  if (typeof original !== 'function' || covered.length === 0) return;
+  let made: { from: unknown; document: OpenApiDocument; yaml?: string } | undefined;
+  const documented = (self: unknown): OpenApiDocument | undefined => {
+    const from = original.call(self);
+    if (typeof from !== 'object' || from === null || typeof (from as OpenApiDocument).openapi !== 'string') return undefined; // Swagger 2.0
+    if (made?.from === from) return made.document;
+    const document = structuredClone(from) as OpenApiDocument;
+    const components = (document.components ??= {});
+    for (const route of covered) {
+      const operation = document.paths?.[openapiPath(route.url)]?.[route.method];
+      if (typeof operation === 'object' && operation !== null) {
+        documentOperation(operation as Record<string, unknown>, idempotencyContract(route.layer, document.openapi), components);
+      }
+    }
+    made = { from, document };
+    return document;
+  };
+  instance.swagger = function swagger(this: unknown, options?: { yaml?: boolean }) {
+    const document = documented(this);
+    if (document === undefined) return original.call(this, options);
+    if (!options?.yaml) return document;
+    // YAML as @fastify/swagger writes it, with its own copy of `yaml`.
+    try {
+      const here = typeof __filename === 'string' ? __filename : import.meta.url;
+      const yaml = createRequire(createRequire(here).resolve('@fastify/swagger'))('yaml') as { stringify(value: unknown, options: object): string };
+      made!.yaml ??= yaml.stringify(document, { strict: false });
+      return made!.yaml;
+    } catch {
+      return original.call(this, options);
+    }
+  };
 }
 
 /**

@@ -17,6 +17,7 @@
 import type { Context, Env, MiddlewareHandler } from 'hono';
 import type { RawBody } from '../src/fingerprint.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
+import { idempotencyContract, inlineContract, type ContractSource } from '../src/openapi.js';
 import { lendBody } from './internal/hono-request.js';
 import {
   assertDeclaredLength,
@@ -130,6 +131,45 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
     c.res = undefined;
     c.res = recorded;
   };
+}
+
+/** What `idempotentRoute` reads and writes of a `createRoute()` config of `@hono/zod-openapi`. */
+export interface OpenApiRouteConfig {
+  method: string;
+  responses: Record<string | number, unknown>;
+  parameters?: unknown[];
+}
+
+/**
+ * Document a `@hono/zod-openapi` route as the layer protects it: the key header (a plain
+ * OpenAPI parameter, so that the route's own validation never sees it: the layer answers a
+ * bad key itself), the layer's refusals, and the replay header on the route's own
+ * responses. A route whose method the layer does not cover is returned as it is.
+ * @example
+ * import { createRoute, z } from '@hono/zod-openapi';
+ * import { idempotentRoute } from 'idempotency-kit/hono';
+ *
+ * const route = idempotentRoute(createRoute({ method: 'post', path: '/orders', responses: { 201: { description: 'Created' } } }), options);
+ */
+export function idempotentRoute<R extends OpenApiRouteConfig>(route: R, source: ContractSource): R {
+  if (typeof route !== 'object' || route === null || typeof route.method !== 'string') {
+    throw new TypeError(`Expected a route config of @hono/zod-openapi (createRoute({ method, path, responses })), got ${String(route)}`);
+  }
+  const contract = idempotencyContract(source, '3.1');
+  if (!contract.methods.includes(route.method.toUpperCase())) return route;
+  const inline = inlineContract(contract);
+  const responses: Record<string, unknown> = {};
+  for (const [status, response] of Object.entries(route.responses ?? {})) {
+    const config = response as { headers?: unknown } | null;
+    // A replay of the route's own answer (never a 5xx, which is not stored) carries the replay header.
+    const plainHeaders = config?.headers === undefined || (typeof config.headers === 'object' && config.headers !== null && !('_def' in config.headers) && !('_zod' in config.headers));
+    responses[status] =
+      status.startsWith('5') || !plainHeaders || config === null
+        ? response
+        : { ...config, headers: { ...(config.headers as object | undefined), [inline.replayedHeader.name]: inline.replayedHeader.header } };
+  }
+  for (const [status, response] of Object.entries(inline.responses)) responses[status] ??= response;
+  return { ...route, parameters: [...(route.parameters ?? []), inline.parameter], responses };
 }
 
 export default idempotency;

@@ -58,12 +58,14 @@ import type { IdempotencyStore } from '../src/store.js';
 import { declareReprototyped, ObjectSlot } from '../src/object-slot.js';
 import { forgetRequestTransaction } from '../src/transaction.js';
 import { setRejectionHeaders } from './internal/nest-http.js';
+import { documentHandlers } from './internal/nest-swagger.js';
 import { transactionDecorator } from './internal/nest-transaction.js';
 import {
   abandonOnClose,
   assertDeclaredLength,
   bodyConsumed,
   keyHeaderLines,
+  parsedBody,
   readBody,
   restoreBody,
   sendResponse,
@@ -312,6 +314,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     this.#modules = modules;
     const read = (target: object) => this.#reflector.get<Record<string, unknown> | false | undefined>(IDEMPOTENT_METADATA, target as Function);
     this.#rpc = new NestRpc(options ?? {}, layer.engine.options.store, read);
+    // With @nestjs/swagger installed, protected handlers document the key and the refusals.
+    documentHandlers(modules, (controller, handler) => this.layerFor(controller, handler));
   }
 
   /** Builds the layer of every handler now, so a bad `@Idempotent()` option fails the start. */
@@ -519,7 +523,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
       body: () => {
         if (bodyConsumed(rawReq) || req.body !== undefined) {
           assertDeclaredLength(rawReq, layer.maxBodyBytes);
-          return req.body;
+          // With `rawBody: true`, Nest keeps the bytes its parser read: they count as sent.
+          return parsedBody(req.body, (req as { rawBody?: unknown }).rawBody, req.headers['content-type'] as string | undefined);
         }
         return readBody(rawReq, layer.maxBodyBytes).then((read) => (raw = read));
       },

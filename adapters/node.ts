@@ -79,8 +79,9 @@ export function withIdempotency<Req extends IncomingMessage = IdempotentRequest,
           if (raw.byteLength > 0 && isJsonType(req.headers['content-type'])) {
             const bytes = raw.bytes();
             try {
-              parsed = JSON.parse(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
-              return new ParsedJsonBody(parsed, bytes);
+              const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
+              parsed = JSON.parse(text);
+              return new ParsedJsonBody(parsed, bytes, false, text);
             } catch {
               // Not valid JSON: fingerprinted by its bytes, and the handler decides what to answer.
             }

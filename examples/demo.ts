@@ -5,6 +5,7 @@
 import type http from 'node:http';
 import { createStore, type IdempotencyEvent } from 'idempotency-kit';
 import type { DemoDeps } from './apps/node.js';
+import { serveDocs } from './docs.js';
 import { exitWithParent } from './exit-with-parent.js';
 import { createPayments } from './payments.js';
 
@@ -36,6 +37,8 @@ export async function startDemo(options: {
   const payments = createPayments({ file: options.balancesFile, workMs: options.workMs });
   const app = await apps[adapter]!();
   const server = await app.createServer({ store, payments, onEvent: options.onEvent });
+  // The API's OpenAPI document at /openapi.json, and Swagger UI at /docs.
+  serveDocs(server);
   try {
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -89,6 +92,7 @@ if (isMain) {
   curl -si -X POST ${url}/accounts/acc_1/debits -H 'content-type: application/json' \\
        -H 'Idempotency-Key: order-42' -d '{"amount":1000}'
   # send the same POST again: same answer, Idempotent-Replayed: true, balance still 9000
+  open ${url}/docs     # the API's OpenAPI document in Swagger UI: "Try it out" twice with one key
   npm run demo:storm   # 50 identical debits at once, protected vs unprotected
 
 Ctrl-C stops it.

@@ -294,3 +294,250 @@ export function anyValueHash(value: unknown): string {
     throw new TypeError(`Cannot fingerprint a request body of type ${tag}: give the layer the raw body, or a \`fingerprint\` function that returns plain data`, { cause: error });
   }
 }
+
+/**
+ * A JSON number's text written as `JSON.stringify` writes numbers (ECMAScript's
+ * Number::toString), from the token's exact decimal digits rather than from the double it
+ * parses to: `1.50` and `15e-1` give `1.5`, and `12345678901234567891` stays itself where
+ * the double would write `12345678901234567000`. For every token whose value a double holds
+ * exactly as written (`1`, `0.1`, `1e2`), this is `JSON.stringify(Number(token))`.
+ */
+export function numberText(token: string): string {
+  const match = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(token);
+  if (!match) throw new TypeError(`Not a JSON number: ${token}`);
+  const [, sign, int, frac = '', exp = '0'] = match;
+  const all = int! + frac;
+  let start = 0;
+  while (start < all.length && all.charCodeAt(start) === 0x30) start++;
+  let end = all.length;
+  while (end > start && all.charCodeAt(end - 1) === 0x30) end--;
+  const digits = all.slice(start, end);
+  if (digits === '') return '0';
+  const k = digits.length;
+  // The value is 0.<digits> × 10^n; the exponent may be larger than a double holds.
+  const n = BigInt(k) + BigInt(exp) - BigInt(frac.length) + BigInt(all.length - end);
+  let text: string;
+  if (n >= k && n <= 21n) text = digits + '0'.repeat(Number(n) - k);
+  else if (n > 0n && n <= 21n) text = `${digits.slice(0, Number(n))}.${digits.slice(Number(n))}`;
+  else if (n > -6n && n <= 0n) text = `0.${'0'.repeat(-Number(n))}${digits}`;
+  else {
+    const e = n - 1n;
+    const mantissa = k === 1 ? digits : `${digits[0]}.${digits.slice(1)}`;
+    text = `${mantissa}e${e < 0n ? '-' : '+'}${e < 0n ? -e : e}`;
+  }
+  return sign === '-' ? `-${text}` : text;
+}
+
+/** A number token's text is the double's when it has at most 15 digits and no exponent (no double rounds it). */
+const FAITHFUL_DIGITS = 15;
+
+/** `[0-9.]`: a character of a number's digits. */
+const isDigitOrDot = (c: number): boolean => (c >= 0x30 && c <= 0x39) || c === 0x2e;
+
+/**
+ * Whether the text may hold a number a double rounds: one of 16 digits or more (a dot among
+ * them), or a negative exponent of 3 digits (below the doubles' full precision). A number of
+ * at most 15 digits is a decimal a double holds (and one beyond the doubles' range is
+ * refused before this, as a value JSON cannot hold). Strings are looked at too, so this is
+ * a superset; the token walk decides.
+ *
+ * It runs on every JSON body, so it looks at one character in 16 (a run of 16 digits holds
+ * one of them, and the run around a digit seen is measured whole), and finds exponents by
+ * the runtime's own search for `-`.
+ */
+function mayRound(text: string): boolean {
+  const length = text.length;
+  for (let i = 15; i < length; i += 16) {
+    if (!isDigitOrDot(text.charCodeAt(i))) continue;
+    let start = i;
+    while (start > 0 && isDigitOrDot(text.charCodeAt(start - 1))) start--;
+    let end = i + 1;
+    while (end < length && isDigitOrDot(text.charCodeAt(end))) end++;
+    if (end - start >= 16) return true;
+    // On to the first sample after this run (the loop adds 16 to the last one inside it).
+    i = end - 1 - ((end - 1 - 15) & 15);
+  }
+  for (let at = text.indexOf('-'); at !== -1; at = text.indexOf('-', at + 1)) {
+    const e = text.charCodeAt(at - 1);
+    if ((e === 0x65 || e === 0x45) && isDigit(text.charCodeAt(at + 1)) && isDigit(text.charCodeAt(at + 2)) && isDigit(text.charCodeAt(at + 3))) return true;
+  }
+  return false;
+}
+
+const isDigit = (c: number): boolean => c >= 0x30 && c <= 0x39;
+
+/**
+ * Whether every number of a JSON text is the number its double writes: then the canonical
+ * text of the parsed value tells every two texts apart that mean different numbers. False
+ * when one is not (a snowflake id beyond 2^53, `0.10000000000000001`, `1e-400`). The text is
+ * valid JSON (it parsed); a byte string read as latin1 scans alike (every byte outside the
+ * strings is ASCII).
+ */
+export function jsonNumbersExact(text: string): boolean {
+  // Most texts hold no run of 16 digits and no 3-digit negative exponent anywhere (strings
+  // included): no number in them can be one a double rounds, and a look at one character
+  // in 8 says so faster than a walk through its tokens.
+  if (!mayRound(text)) return true;
+  const length = text.length;
+  let i = 0;
+  while (i < length) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      // A string: to its closing quote, one not escaped by an odd run of backslashes.
+      let close = text.indexOf('"', i + 1);
+      for (;;) {
+        let slashes = 0;
+        while (text.charCodeAt(close - 1 - slashes) === 0x5c) slashes++;
+        if ((slashes & 1) === 0) break;
+        close = text.indexOf('"', close + 1);
+      }
+      i = close + 1;
+    } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+      const start = i;
+      let digits = 0;
+      let plain = true;
+      for (; i < length; i++) {
+        const d = text.charCodeAt(i);
+        if (d >= 0x30 && d <= 0x39) digits++;
+        else if (d === 0x65 || d === 0x45) plain = false;
+        else if (d !== 0x2e && d !== 0x2d && d !== 0x2b) break;
+      }
+      if (!plain || digits > FAITHFUL_DIGITS) {
+        const token = text.slice(start, i);
+        if (numberText(token) !== JSON.stringify(Number(token))) return false;
+      }
+    } else i++;
+  }
+  return true;
+}
+
+/** A number whose text a double does not hold, as {@link numberText} writes it. */
+class ExactNumber {
+  constructor(readonly text: string) {}
+}
+
+/**
+ * A JSON text (one that JSON.parse accepted) read as JSON.parse reads it, except that a
+ * number a double would round stays an {@link ExactNumber}.
+ */
+class ExactReader {
+  #i = 0;
+  constructor(readonly text: string) {}
+
+  read(): unknown {
+    const value = this.#value();
+    return value;
+  }
+
+  #skip(): void {
+    const t = this.text;
+    for (;;) {
+      const c = t.charCodeAt(this.#i);
+      if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) this.#i++;
+      else return;
+    }
+  }
+
+  #string(): string {
+    const t = this.text;
+    let close = t.indexOf('"', this.#i + 1);
+    for (;;) {
+      let slashes = 0;
+      while (t.charCodeAt(close - 1 - slashes) === 0x5c) slashes++;
+      if ((slashes & 1) === 0) break;
+      close = t.indexOf('"', close + 1);
+    }
+    const s = JSON.parse(t.slice(this.#i, close + 1)) as string;
+    this.#i = close + 1;
+    return s;
+  }
+
+  #value(): unknown {
+    this.#skip();
+    const t = this.text;
+    const c = t.charCodeAt(this.#i);
+    if (c === 0x22) return this.#string();
+    if (c === 0x7b) {
+      this.#i++;
+      // No prototype: a `__proto__` member is an own member, as JSON.parse makes it.
+      const o: Record<string, unknown> = Object.create(null);
+      this.#skip();
+      if (t.charCodeAt(this.#i) === 0x7d) {
+        this.#i++;
+        return o;
+      }
+      for (;;) {
+        this.#skip();
+        const name = this.#string();
+        this.#skip();
+        this.#i++; // ':'
+        o[name] = this.#value();
+        this.#skip();
+        if (t.charCodeAt(this.#i++) === 0x7d) return o; // else ','
+      }
+    }
+    if (c === 0x5b) {
+      this.#i++;
+      const a: unknown[] = [];
+      this.#skip();
+      if (t.charCodeAt(this.#i) === 0x5d) {
+        this.#i++;
+        return a;
+      }
+      for (;;) {
+        a.push(this.#value());
+        this.#skip();
+        if (t.charCodeAt(this.#i++) === 0x5d) return a; // else ','
+      }
+    }
+    if (c === 0x74) return (this.#i += 4), true;
+    if (c === 0x66) return (this.#i += 5), false;
+    if (c === 0x6e) return (this.#i += 4), null;
+    const match = /-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+    match.lastIndex = this.#i;
+    const token = match.exec(t)![0];
+    this.#i += token.length;
+    const number = Number(token);
+    const text = numberText(token);
+    return text === JSON.stringify(number) ? number : new ExactNumber(text);
+  }
+}
+
+/** The canonical text of a value read by {@link ExactReader} (and perhaps filtered): keys in canonical order. */
+function writeExact(value: unknown): string {
+  if (value instanceof ExactNumber) return value.text;
+  if (typeof value !== 'object' || value === null) return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map((v) => (v === undefined ? 'null' : writeExact(v))).join(',')}]`;
+  const o = value as Record<string, unknown>;
+  const members: string[] = [];
+  for (const key of canonicalKeys(o)) if (o[key] !== undefined) members.push(`${JSON.stringify(key)}:${writeExact(o[key])}`);
+  return `{${members.join(',')}}`;
+}
+
+/**
+ * A JSON text parsed with its numbers exact: every number a double would round is kept as
+ * its text. Call it for a text {@link jsonNumbersExact} refused; `undefined` when it nests
+ * too deeply to read (the caller then counts the bytes).
+ */
+export function parseJsonExact(text: string): { value: unknown } | undefined {
+  try {
+    return { value: new ExactReader(text).read() };
+  } catch (error) {
+    if (error instanceof RangeError) return undefined;
+    throw error;
+  }
+}
+
+/**
+ * The canonical text of a value from {@link parseJsonExact} (perhaps filtered): the text
+ * {@link canonicalJsonOf} writes, with each rounded number written from its own digits.
+ * `undefined` when it nests too deeply to write.
+ */
+export function canonicalJsonExact(value: unknown): string | undefined {
+  try {
+    return writeExact(value);
+  } catch (error) {
+    if (error instanceof RangeError) return undefined;
+    throw error;
+  }
+}

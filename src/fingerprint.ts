@@ -5,7 +5,9 @@
  * the route path, the canonical query, the `fingerprintHeaders` and the body in a form
  * that follows what it means rather than how a client spelled it:
  *
- * - JSON: canonical text (object key order and whitespace do not matter);
+ * - JSON: canonical text (object key order and whitespace do not matter), each number
+ *   written from its own decimal digits, so that two numbers one double would hold (ids
+ *   beyond 2^53) stay apart; a JSON body that is not UTF-8 counts by its bytes;
  * - `application/x-www-form-urlencoded`: the decoded pairs sorted by name, the values of a
  *   repeated name in their order (the query string the same way);
  * - `multipart/form-data`: the ordered parts, each one's name, filename, content type and
@@ -24,11 +26,11 @@
  * @module
  */
 import { createHash } from 'node:crypto';
-import { anyValueHash, canonicalJsonOf, hashValue, sha256 } from './canonical-json.js';
+import { anyValueHash, canonicalJsonExact, canonicalJsonOf, hashValue, jsonNumbersExact, parseJsonExact, sha256 } from './canonical-json.js';
 import { FieldSelection } from './fingerprint-fields.js';
 import { fingerprintRequestV1 } from './fingerprint-v1.js';
 import { formPairs, multipartBoundary, MultipartScanner, sortPairs, strictUtf8, type FormPair, type MultipartPart } from './form-body.js';
-import { isParsedJsonBody, isRawBody, isUploadBody, mediaType, NO_LEGACY, type UploadedFile } from './request-body.js';
+import { isParsedJsonBody, isRawBody, isUploadBody, mediaType, NO_LEGACY, type ParsedJsonBody, type UploadedFile } from './request-body.js';
 
 export { canonicalJson, hashValue, sha256 } from './canonical-json.js';
 export { FieldSelection, type FingerprintFields } from './fingerprint-fields.js';
@@ -119,9 +121,51 @@ function jsonText(text: string | undefined, chunks: Chunks, fields: FieldSelecti
     }
     const digest = valueDigest('json', parsed, fields, false);
     // A number JSON cannot hold (1e400 parses to Infinity): the bytes count.
-    if (digest.tag === 'json') return digest;
+    if (digest.tag === 'json') return jsonNumbersExact(text) ? digest : (exactDigest(text, fields) ?? bytesOf(chunks()));
   }
   return bytesOf(chunks());
+}
+
+/**
+ * A JSON text with a number that a double rounds: its canonical text with that number
+ * written from its digits. Every other JSON body's text is what the parsed value gives, so
+ * fingerprints made before numbers counted this way stay equal wherever they were right.
+ * `undefined` when it nests too deeply to read (the bytes count).
+ */
+function exactDigest(text: string, fields: FieldSelection | undefined): BodyDigest | undefined {
+  const parsed = parseJsonExact(text);
+  if (parsed === undefined) return undefined;
+  const kept = fields ? fields.apply(parsed.value) : parsed.value;
+  if (kept === undefined) return { tag: 'json', text: '' };
+  const canonical = canonicalJsonExact(kept);
+  return canonical === undefined ? undefined : { tag: 'json', text: canonical };
+}
+
+type IsUtf8 = (input: Uint8Array) => boolean;
+/**
+ * `buffer.isUtf8` where the runtime offers it without an import (`process.getBuiltinModule`,
+ * Node ≥ 20.16: the web adapters' module graph imports no `node:buffer`), else a fatal decode.
+ */
+const isUtf8: IsUtf8 =
+  ((globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process?.getBuiltinModule?.('node:buffer') as { isUtf8?: IsUtf8 } | undefined)
+    ?.isUtf8 ?? ((bytes) => strictUtf8(bytes) !== undefined);
+
+/**
+ * A JSON body parsed already: its value counts, unless its bytes are not UTF-8 (a lenient
+ * decoder made U+FFFD of every bad byte: the bytes count, as they do where the layer reads
+ * them) or a number in its text is one a double rounds (the text counts, its numbers exact).
+ */
+function parsedJsonDigest(body: ParsedJsonBody, contentType: string, fields: FieldSelection | undefined): BodyDigest {
+  const { bytes } = body;
+  if (typeof bytes !== 'string' && !isUtf8(bytes)) return bodyDigest(bytes, contentType, fields);
+  const digest = valueDigest('json', body.value, fields, body.checked);
+  // Not plain JSON data (a number beyond a double, a value changed after the parser): the body counts as its bytes or text alone would.
+  if (digest.tag !== 'json') return bodyDigest(bytes, contentType, fields);
+  // Numbers are ASCII: bytes read as latin1 scan as their UTF-8 text does.
+  const scanned = typeof bytes === 'string' ? bytes : (body.text ?? Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('latin1'));
+  if (jsonNumbersExact(scanned)) return digest;
+  const text = typeof bytes === 'string' ? bytes : (body.text ?? Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8'));
+  return exactDigest(text, fields) ?? bodyDigest(bytes, contentType, fields);
 }
 
 function formText(text: string | undefined, chunks: Chunks, fields: FieldSelection | undefined): BodyDigest {
@@ -180,12 +224,7 @@ function bodyDigest(body: unknown, contentType: string, fields: FieldSelection |
   if (body instanceof Uint8Array) return body.byteLength === 0 ? NONE : typedBytes(contentType, undefined, () => [body], fields);
   if (typeof body === 'object') {
     if (isRawBody(body)) return body.byteLength === 0 ? NONE : typedBytes(contentType, undefined, () => body.chunks, fields);
-    if (isParsedJsonBody(body)) {
-      if (body.bytes.length === 0) return NONE;
-      const digest = valueDigest('json', body.value, fields, body.checked);
-      // Not plain JSON data (a number beyond a double, a value changed after the parser): the body counts as its bytes or text alone would.
-      return digest.tag === 'json' ? digest : bodyDigest(body.bytes, contentType, fields);
-    }
+    if (isParsedJsonBody(body)) return body.bytes.length === 0 ? NONE : parsedJsonDigest(body, contentType, fields);
     if (isUploadBody(body)) return uploadDigest(body.fields, body.files, fields);
   }
   // A value a framework's parser made: JSON by its content type, else a parsed value of another type.

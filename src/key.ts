@@ -1,7 +1,8 @@
 /**
- * The idempotency key: the header's parsing (a bare token or an RFC 9651 sf-string name
- * the same key; parameters are ignored; the key is otherwise opaque and case-sensitive),
- * and the storage key, the only form of it a store ever sees.
+ * The idempotency key: the header's parsing (a bare value is the key as sent; an RFC 9651
+ * sf-string names the same key, its parameters ignored; the key is otherwise opaque and
+ * case-sensitive), the pattern of the values it accepts, and the storage key, the only
+ * form of it a store ever sees.
  * @module
  */
 import { IdempotencyKeyError, type KeyInvalidReason } from './errors.js';
@@ -65,26 +66,39 @@ function charProblem(code: number): KeyInvalidReason | undefined {
 }
 
 /**
- * Whether the text after an sf-string's closing quote is a parameter list with no second
- * list member. Quoted parameter values may hold commas.
+ * The text after an sf-string's closing quote: empty, or a parameter list (`;v=1;w="a,b"`),
+ * printable ASCII, with no second list member. Quoted parameter values may hold commas.
  */
 function paramsTail(rest: string): KeyInvalidReason | undefined {
+  if (rest === '') return undefined;
   let quoted = false;
   for (let i = 0; i < rest.length; i++) {
-    const c = rest[i];
+    const code = rest.charCodeAt(i);
+    const problem = charProblem(code);
+    if (problem) return problem;
     if (quoted) {
-      if (c === '\\') i++;
-      else if (c === '"') quoted = false;
-    } else if (c === '"') quoted = true;
-    else if (c === ',') return 'several-values';
+      if (code === 0x5c) {
+        // An escape takes the next character, which must be printable ASCII too.
+        const next = rest.charCodeAt(++i);
+        if (Number.isNaN(next)) return 'malformed-quoting';
+        const escaped = charProblem(next);
+        if (escaped) return escaped;
+      } else if (code === 0x22) quoted = false;
+    } else if (code === 0x22) quoted = true;
+    else if (code === 0x2c) return 'several-values';
   }
-  if (quoted) return 'malformed-quoting';
-  return rest === '' || rest.startsWith(';') ? undefined : 'malformed-quoting';
+  return quoted || !rest.startsWith(';') ? 'malformed-quoting' : undefined;
 }
 
 /**
  * Parse the header value(s). `undefined` means the header is absent (the caller decides
  * whether that is an error). Several header lines arrive as an array.
+ *
+ * A value that opens with a quote is an RFC 9651 sf-string: its unescaped text is the key,
+ * and parameters after it are ignored. Any other value is the key exactly as sent, `;`
+ * and all: reading it as a token with parameters would make `order-7;a` and `order-7;b`
+ * one key, and the second operation would get the first one's response. A bare value may
+ * not hold `"`, `\` (quoting that is not an sf-string) or `,` (a list of keys).
  */
 export function parseIdempotencyKey(value: string | readonly string[] | undefined, maxKeyLength: number): KeyParseResult {
   if (value === undefined) return { key: undefined, error: undefined };
@@ -115,20 +129,40 @@ export function parseIdempotencyKey(value: string | readonly string[] | undefine
     if (tail) return invalid(tail);
     key = out;
   } else {
-    const semicolon = value.indexOf(';');
-    key = semicolon === -1 ? value : value.slice(0, semicolon);
+    let several = false;
+    let quoting = false;
     for (let i = 0; i < value.length; i++) {
-      const problem = charProblem(value.charCodeAt(i));
+      const code = value.charCodeAt(i);
+      const problem = charProblem(code);
       if (problem) return invalid(problem);
+      if (code === 0x2c) several = true;
+      else if (code === 0x22 || code === 0x5c) quoting = true;
     }
-    if (key.includes(',')) return invalid('several-values');
-    if (key.includes('"') || key.includes('\\')) return invalid('malformed-quoting');
-    const tail = paramsTail(value.slice(key.length));
-    if (tail) return invalid(tail);
+    if (several) return invalid('several-values');
+    if (quoting) return invalid('malformed-quoting');
+    key = value;
   }
   if (key === '') return invalid('empty');
   if (key.length > maxKeyLength) return invalid('too-long');
   return { key };
+}
+
+const BARE_EDGE = '\\x21\\x23-\\x2b\\x2d-\\x5b\\x5d-\\x7e';
+const QUOTED_CHAR = '\\x20\\x21\\x23-\\x5b\\x5d-\\x7e';
+const PARAM_CHAR = '\\x20\\x21\\x23-\\x2b\\x2d-\\x7e';
+
+/**
+ * The header values {@link parseIdempotencyKey} accepts, as an ECMA-262 regular expression
+ * (what an OpenAPI `pattern` is): a bare key of 1 to `maxKeyLength` printable ASCII
+ * characters without `"`, `\` or `,` (and no space at either end, where HTTP would trim
+ * it), or an sf-string of 1 to `maxKeyLength` characters after unescaping, with optional
+ * parameters.
+ */
+export function keyHeaderPattern(maxKeyLength: number): string {
+  const bare = maxKeyLength < 2 ? `[${BARE_EDGE}]` : `[${BARE_EDGE}](?:[\\x20${BARE_EDGE}]{0,${maxKeyLength - 2}}[${BARE_EDGE}])?`;
+  const quoted = `"(?:[${QUOTED_CHAR}]|\\\\["\\\\]){1,${maxKeyLength}}"`;
+  const params = `(?:;(?:[${PARAM_CHAR}]|"(?:[${QUOTED_CHAR}]|\\\\[\\x20-\\x7e])*")*)?`;
+  return `^(?:${bare}|${quoted}${params})$`;
 }
 
 /**

@@ -31,6 +31,8 @@ export interface ProblemDetails {
   status: number;
   detail: string;
   code: string;
+  /** Whether the same request with the same key can succeed later (after `Retry-After`). */
+  retryable: boolean;
   /** Why a key was refused (`key-invalid` only). */
   reason?: string;
 }
@@ -59,6 +61,7 @@ export function problemResponse(error: IdempotencyError, header = 'Idempotency-K
           ? 'The idempotency store did not answer; retry later with the same key.'
           : error.message,
     code: error.code,
+    retryable: error.retryable,
   };
   if (error instanceof IdempotencyKeyError && error.reason) body.reason = error.reason;
   let payload: unknown = body;

@@ -27,8 +27,8 @@ const PARSED_JSON: unique symbol = Symbol.for('idempotency-kit.parsed-json-body'
 /**
  * A JSON body parsed already (by the adapter, to hand the value to the handler, or by a
  * body parser that kept the text it parsed): the fingerprint uses the value instead of
- * parsing the same bytes again. Same text as the bytes would give; bytes that JSON cannot
- * represent exactly (a number beyond a double) count by themselves, as they would.
+ * parsing the same bytes again. Same digest as the bytes would give: bytes that are not
+ * UTF-8 count by themselves, and a number a double rounds counts by its text, as they would.
  */
 export class ParsedJsonBody {
   /** Recognised by this brand, not `instanceof`: the CommonJS and ESM builds each have a copy of this class. */
@@ -38,11 +38,13 @@ export class ParsedJsonBody {
    * @param bytes the body: its bytes, or the text a parser decoded them to
    * @param checked the value comes from code other than ours (a framework's parser, and
    *   whatever ran after it): it is checked to be plain JSON data, and counts by `bytes` if not
+   * @param text `bytes` decoded as UTF-8, when the adapter decoded them already (to parse)
    */
   constructor(
     readonly value: unknown,
     readonly bytes: Uint8Array | string,
     readonly checked = false,
+    readonly text?: string,
   ) {}
 }
 

@@ -8,7 +8,7 @@
 import { validateHeaderName, validateHeaderValue, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { Readable, Transform } from 'node:stream';
 import { BodyTooLargeError } from '../../src/errors.js';
-import { isJsonType, RawBody } from '../../src/fingerprint.js';
+import { isJsonType, ParsedJsonBody, RawBody } from '../../src/fingerprint.js';
 import { BodyRecorder } from './body-recorder.js';
 import { endAfterDrain } from './drain.js';
 import type { CapturedResponse, HttpClaim, HttpRequestInfo } from '../../src/http.js';
@@ -292,6 +292,18 @@ export function captureResponse(res: ServerResponse, claim: HttpClaim): Response
  */
 export function bodyConsumed(req: IncomingMessage): boolean {
   return req.readableEnded;
+}
+
+/**
+ * A JSON body a parser read before us, for the fingerprint: with the raw bytes or text the
+ * parser kept (`rawBody`: Nest's `rawBody: true`, an Express `verify` hook that sets
+ * `req.rawBody`), so that bytes that are not UTF-8 and numbers a double rounds count as
+ * sent; else the parser's value alone.
+ */
+export function parsedBody(body: unknown, rawBody: unknown, contentType: string | readonly string[] | undefined): unknown {
+  if (body === undefined || !isJsonType(contentType)) return body;
+  if (typeof rawBody === 'string' || rawBody instanceof Uint8Array) return rawBody.length > 0 ? new ParsedJsonBody(body, rawBody, true) : body;
+  return body;
 }
 
 /** A body read by someone else was not counted: refuse it by its declared length (413). */

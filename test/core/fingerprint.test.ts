@@ -10,6 +10,8 @@ import {
   UploadBody,
   type FingerprintInput,
 } from '../../src/fingerprint.js';
+import fc from 'fast-check';
+import { jsonNumbersExact, numberText } from '../../src/canonical-json.js';
 import { fingerprintRequestV1 } from '../../src/fingerprint-v1.js';
 import { seededRandom } from '../helpers/random.js';
 
@@ -488,5 +490,117 @@ describe('fingerprint (H14)', () => {
     const cyclic: Record<string, unknown> = { a: 1 };
     cyclic.self = cyclic;
     expect(() => hashValue(cyclic)).not.toThrow();
+  });
+});
+
+describe('JSON numbers by their decimal text (H14)', () => {
+  it('H14: numberText writes what JSON.stringify writes for every number a double holds as written', () => {
+    fc.assert(
+      fc.property(fc.double({ noNaN: true, noDefaultInfinity: true }), (d) => {
+        const text = JSON.stringify(d);
+        expect(numberText(text)).toBe(text);
+        // The same value spelled otherwise: trailing zeros, an exponent.
+        const [mantissa, exp = '0'] = text.split('e');
+        const padded = mantissa!.includes('.') ? `${mantissa}00` : `${mantissa}.00`;
+        expect(numberText(`${padded}E${exp}`)).toBe(text);
+      }),
+      { numRuns: 2000 },
+    );
+    for (const [token, text] of [
+      ['1.0', '1'],
+      ['1e2', '100'],
+      ['100E-2', '1'],
+      ['-0', '0'],
+      ['-0.000', '0'],
+      ['0.000001', '0.000001'],
+      ['0.0000001', '1e-7'],
+      ['1e21', '1e+21'],
+      ['123456789012345678901', '123456789012345678901'],
+      ['12345678901234567890', '12345678901234567890'],
+      ['12345678901234567891', '12345678901234567891'],
+      ['0.10000000000000001', '0.10000000000000001'],
+      ['1e-400', '1e-400'],
+      ['-15e-1', '-1.5'],
+    ] as const) {
+      expect([token, numberText(token)]).toEqual([token, text]);
+    }
+  });
+
+  it('H14: jsonNumbersExact accepts every text JSON.stringify writes, and refuses a number a double rounds', () => {
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => {
+        expect(jsonNumbersExact(JSON.stringify(value))).toBe(true);
+      }),
+      { numRuns: 1000 },
+    );
+    expect(jsonNumbersExact('{"id":12345678901234567890}')).toBe(false);
+    expect(jsonNumbersExact('[0.10000000000000001]')).toBe(false);
+    expect(jsonNumbersExact('{"a":"\\"12345678901234567890\\\\","b":1e-400}')).toBe(false);
+    // Digits inside strings are not numbers.
+    expect(jsonNumbersExact('{"card":"12345678901234567890","esc":"\\\\","n":1.5e3}')).toBe(true);
+  });
+
+  it('H14: jsonNumbersExact is false exactly when one number token is not the number its double writes (random tokens in random JSON)', () => {
+    const digits = (min: number, max: number) => fc.string({ unit: fc.constantFrom(...'0123456789'), minLength: min, maxLength: max });
+    const token = fc
+      .tuple(fc.boolean(), digits(1, 24), fc.option(digits(1, 20)), fc.option(fc.tuple(fc.constantFrom('e', 'E'), fc.constantFrom('', '+', '-'), digits(1, 3))))
+      .map(([negative, int, frac, exp]) => `${negative ? '-' : ''}${int.length > 1 ? int.replace(/^0+/, '') || '0' : int}${frac === null ? '' : `.${frac}`}${exp === null ? '' : exp.join('')}`)
+      .filter((t) => Number.isFinite(Number(t)));
+    // JSON text with the number tokens it holds (strings may hold digits, exponents, escaped quotes).
+    type Doc = { text: string; tokens: string[] };
+    const doc = fc.letrec((tie) => ({
+      value: fc.oneof(
+        { depthSize: 'small' },
+        token.map((t): Doc => ({ text: t, tokens: [t] })),
+        fc.oneof(fc.string(), token.map((t) => `\\"${t}e123`)).map((s): Doc => ({ text: JSON.stringify(s), tokens: [] })),
+        tie('array'),
+        tie('object'),
+      ),
+      array: fc.array(tie('value'), { maxLength: 4 }).map((items): Doc => {
+        const docs = items as Doc[];
+        return { text: `[${docs.map((d) => d.text).join(',')}]`, tokens: docs.flatMap((d) => d.tokens) };
+      }),
+      object: fc.array(fc.tuple(fc.string(), tie('value')), { maxLength: 4 }).map((members): Doc => {
+        const docs = members as [string, Doc][];
+        return { text: `{${docs.map(([k, d]) => `${JSON.stringify(k)} : ${d.text}`).join(',')}}`, tokens: docs.flatMap(([, d]) => d.tokens) };
+      }),
+    })).value as fc.Arbitrary<Doc>;
+    fc.assert(
+      fc.property(doc, ({ text, tokens }) => {
+        JSON.parse(text);
+        expect(jsonNumbersExact(text)).toBe(tokens.every((t) => numberText(t) === JSON.stringify(Number(t))));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('H14: two JSON bodies fingerprint alike exactly when their numbers are equal decimals (any spelling, any member order)', () => {
+    const fp = (body: string) => fingerprintRequest({ method: 'POST', url: '/p', headers: { 'content-type': 'application/json' }, body });
+    expect(fp('{"id":12345678901234567890,"a":1}')).not.toBe(fp('{"id":12345678901234567891,"a":1}'));
+    expect(fp('{"id":12345678901234567890,"a":1}')).toBe(fp('{ "a": 1.0, "id": 1234567890123456789.0e1 }'));
+    expect(fp('{"id":12345678901234567890}')).not.toBe(fp('{"id":12345678901234567000}'));
+    expect(fp('{"id":12345678901234567000}')).toBe(fp('{"id":1.2345678901234567e19}'));
+    // The same on a body an adapter parsed already, given its bytes or its text.
+    const text = '{"id":12345678901234567891,"a":[1,{"__proto__":2}]}';
+    const parsed = (bytes: Uint8Array | string) =>
+      fingerprintRequest({ method: 'POST', url: '/p', headers: { 'content-type': 'application/json' }, body: new ParsedJsonBody(JSON.parse(text), bytes, true) });
+    expect(parsed(Buffer.from(text))).toBe(fp(text));
+    expect(parsed(text)).toBe(fp(text));
+    expect(parsed(Buffer.from(text))).not.toBe(fp(text.replace('891', '890')));
+  });
+
+  it('H14: a JSON body that is not UTF-8 counts by its bytes, parsed already or not', () => {
+    const bad = (byte: number) => Buffer.concat([Buffer.from('{"a":"'), Buffer.from([byte]), Buffer.from('"}')]);
+    const raw = (bytes: Buffer) => fingerprintRequest({ method: 'POST', url: '/p', headers: { 'content-type': 'application/json' }, body: bytes });
+    const parsed = (bytes: Buffer) =>
+      fingerprintRequest({
+        method: 'POST',
+        url: '/p',
+        headers: { 'content-type': 'application/json' },
+        body: new ParsedJsonBody(JSON.parse(bytes.toString('utf8')), bytes, false, bytes.toString('utf8')),
+      });
+    expect(parsed(bad(0xff))).not.toBe(parsed(bad(0xfe)));
+    expect(parsed(bad(0xff))).toBe(raw(bad(0xff)));
+    expect(parsed(bad(0xff))).not.toBe(raw(Buffer.from('{"a":"\ufffd"}')));
   });
 });

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { IdempotencyKeyError } from '../../src/errors.js';
 import { sha256 } from '../../src/fingerprint.js';
-import { checkKey, parseIdempotencyKey, scopePartition } from '../../src/key.js';
+import fc from 'fast-check';
+import { checkKey, keyHeaderPattern, parseIdempotencyKey, scopePartition } from '../../src/key.js';
 
 const key = (value: string | string[] | undefined, max = 255) => parseIdempotencyKey(value, max);
 const reason = (value: string | string[] | undefined, max = 255) => {
@@ -26,10 +27,30 @@ describe('key parsing', () => {
     expect(key('"a\\"b\\\\c"')).toEqual({ key: 'a"b\\c' });
   });
 
-  it('H3: sf parameters are ignored, on strings and on bare tokens', () => {
+  it('H3: sf parameters are ignored on an sf-string', () => {
     expect(key('"abc";v=1')).toEqual({ key: 'abc' });
     expect(key('"abc";v="x,y";w')).toEqual({ key: 'abc' });
-    expect(key('abc;v=1')).toEqual({ key: 'abc' });
+    expect(key('"abc";v="a\\"b"')).toEqual({ key: 'abc' });
+  });
+
+  it('H3: a bare value is the key as sent, byte for byte: `;` never cuts it, whatever its first character', () => {
+    expect(key('order-7;a')).toEqual({ key: 'order-7;a' });
+    expect(key('order-7;b')).toEqual({ key: 'order-7;b' });
+    expect(key('1order;a')).toEqual({ key: '1order;a' });
+    expect(key(';v=1')).toEqual({ key: ';v=1' });
+    expect(key('*a;b=?1')).toEqual({ key: '*a;b=?1' });
+    // Distinct bare values are distinct keys.
+    const values = ['order-7', 'order-7;a', 'order-7;b', 'order-7;a=1', '1order', '1order;a'];
+    expect(new Set(values.map((v) => key(v).key)).size).toBe(values.length);
+    // The same text quoted names the same key.
+    expect(key('"order-7;a"')).toEqual({ key: 'order-7;a' });
+  });
+
+  it('H4: the parameters of an sf-string are printable ASCII, one list member', () => {
+    expect(reason('"abc";v=\u00e9')).toBe('non-ascii');
+    expect(reason('"abc";v=1\t')).toBe('non-printable');
+    expect(reason('"abc";v=1,w')).toBe('several-values');
+    expect(reason('"abc";v="x\\')).toBe('malformed-quoting');
   });
 
   it('H3: a comma inside an sf-string is part of the key', () => {
@@ -46,7 +67,6 @@ describe('key parsing', () => {
   it('H4: empty', () => {
     expect(reason('')).toBe('empty');
     expect(reason('""')).toBe('empty');
-    expect(reason(';v=1')).toBe('empty');
   });
 
   it('H4: too long, measured after unescaping, default limit 255', () => {
@@ -89,6 +109,33 @@ describe('key parsing', () => {
     expect(error).toBeInstanceOf(IdempotencyKeyError);
     expect(error.code).toBe('key-invalid');
     expect(error.status).toBe(400);
+  });
+});
+
+describe('the pattern of accepted header values (the OpenAPI description)', () => {
+  // What HTTP delivers: no space at either end (a server trims it).
+  const delivered = (value: string) => value === value.trim();
+  const accepts = (value: string, max: number) => parseIdempotencyKey(value, max).key !== undefined;
+
+  it('H3 H4 H21: accepts exactly what the parser accepts (random values over the interesting characters)', () => {
+    const alphabet = ['a', 'Z', '0', '-', ';', '=', '"', '\\', ',', ' ', '\t', '\u00e9', '?', '*', ':'];
+    const char = fc.constantFrom(...alphabet);
+    for (const max of [1, 2, 3, 5, 255]) {
+      const regex = new RegExp(keyHeaderPattern(max));
+      fc.assert(
+        fc.property(fc.array(char, { maxLength: 12 }).map((cs) => cs.join('')), (value) => {
+          fc.pre(delivered(value));
+          expect(regex.test(value)).toBe(accepts(value, max));
+        }),
+        { numRuns: 3000 },
+      );
+    }
+  });
+
+  it('H4 H21: the length limit is the key after unescaping, bare and quoted', () => {
+    const regex = new RegExp(keyHeaderPattern(4));
+    for (const value of ['abcd', '"abcd"', '"a\\"cd"', '"abcd";v=1', 'ab;d']) expect([value, regex.test(value)]).toEqual([value, true]);
+    for (const value of ['abcde', '"abcde"', '"a\\"cde"', '']) expect([value, regex.test(value)]).toEqual([value, false]);
   });
 });
 

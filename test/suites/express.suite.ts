@@ -98,6 +98,25 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
       expect(calls.count('orders')).toBe(1);
     });
 
+    it('H14: after express.json() with a verify hook that keeps req.rawBody: numbers and bytes count as sent', async () => {
+      const calls = new Calls();
+      const app = express();
+      app.use(express.json({ verify: (req, _res, buf) => void ((req as unknown as { rawBody?: Buffer }).rawBody = buf) }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      app.post('/orders', route((req, res) => res.status(201).json({ n: calls.hit('orders'), got: req.body })));
+      const url = await listen(app);
+      const k = key();
+      const json = (body: string | Buffer) => ({ path: '/orders', key: k, body: Buffer.from(body), contentType: 'application/json' });
+      expect((await send(url, json('{"id":12345678901234567890}'))).status).toBe(201);
+      expectProblem(await send(url, json('{"id":12345678901234567891}')), 422, 'key-reused');
+      expect((await send(url, json('{ "id": 12345678901234567890 }'))).headers['idempotent-replayed']).toBe('true');
+      const bytes = key();
+      const bad = (byte: number) => ({ ...json(Buffer.from([...Buffer.from('{"a":"'), byte, ...Buffer.from('"}')])), key: bytes });
+      expect((await send(url, bad(0xff))).status).toBe(201);
+      expectProblem(await send(url, bad(0xfe)), 422, 'key-reused');
+      expect(calls.count('orders')).toBe(2);
+    });
+
     it('without a body parser: the handler still reads the raw body stream, and finds req.body parsed', async () => {
       const app = express();
       app.use(idempotency({ store: memoryStore(), scope: 'shared' }));

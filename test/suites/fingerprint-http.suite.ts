@@ -49,6 +49,39 @@ export function fingerprintHttpSuite(adapter: string, start: AppStarter): void {
       });
     });
 
+    suite(adapter, start, {}, (app) => {
+      const json = (text: string | Buffer) => ({ body: Buffer.isBuffer(text) ? text : Buffer.from(text), contentType: 'application/json' });
+
+      it('H14: JSON numbers count by their decimal text: ids beyond 2^53 that differ in their last digits are 422, never a replay', async () => {
+        const k = key();
+        const first = await send(app().url, { path: '/payments', key: k, ...json('{"id":12345678901234567890,"amount":1}') });
+        expect(first.status).toBe(201);
+        expectProblem(await send(app().url, { path: '/payments', key: k, ...json('{"id":12345678901234567891,"amount":1}') }), 422, 'key-reused');
+        expectProblem(await send(app().url, { path: '/payments', key: k, ...json('{"id":0.10000000000000001,"amount":1}') }), 422, 'key-reused');
+        // The same request, its members in another order and spelled another way: a replay.
+        const again = await send(app().url, { path: '/payments', key: k, ...json('{ "amount": 1.0, "id": 1234567890123456789e1 }') });
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.body.equals(first.body)).toBe(true);
+        // Numbers a double holds as written count as before: 1 and 1.0 and 1e0 are one number.
+        const small = key();
+        await send(app().url, { path: '/payments', key: small, ...json('{"amount":1,"rate":0.1}') });
+        const same = await send(app().url, { path: '/payments', key: small, ...json('{"rate":1e-1,"amount":1.0}') });
+        expect(same.headers['idempotent-replayed']).toBe('true');
+      });
+
+      it('H14: a JSON body that is not UTF-8 counts by its bytes: 0xff and 0xfe are 422, the same bytes replay', async () => {
+        const k = key();
+        const bad = (byte: number) => json(Buffer.concat([Buffer.from('{"amount":1,"note":"'), Buffer.from([byte]), Buffer.from('"}')]));
+        const first = await send(app().url, { path: '/payments', key: k, ...bad(0xff) });
+        expectProblem(await send(app().url, { path: '/payments', key: k, ...bad(0xfe) }), 422, 'key-reused');
+        expectProblem(await send(app().url, { path: '/payments', key: k, ...json('{"amount":1,"note":"\ufffd"}') }), 422, 'key-reused');
+        const again = await send(app().url, { path: '/payments', key: k, ...bad(0xff) });
+        expect(again.status).toBe(first.status);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.body.equals(first.body)).toBe(true);
+      });
+    });
+
     suite(adapter, start, { fingerprint: { exclude: ['metadata.sent_at'] } }, (app) => {
       it('H14: fingerprint: { exclude } leaves a changing field out; the rest still counts', async () => {
         const k = key();

@@ -81,6 +81,9 @@ const invalidKeys: Array<{ title: string; key: string | string[]; reason: string
   { title: 'several values (a comma list)', key: 'abc, def', reason: 'several-values' },
   { title: 'several values (a list of sf-strings)', key: '"abc", "def"', reason: 'several-values' },
   { title: 'several values (repeated header lines)', key: ['abc', 'def'], reason: 'several-values' },
+  { title: 'several values (a comma in parameters of an sf-string)', key: '"abc";v=1, "def"', reason: 'several-values' },
+  { title: 'malformed quoting (a backslash in a bare value)', key: 'ab\\c;d', reason: 'malformed-quoting' },
+  { title: 'non-ASCII in the parameters of an sf-string', key: '"abc";v=\u00e9', reason: 'non-ascii' },
 ];
 
 export const scenarios: Scenario[] = [
@@ -169,11 +172,45 @@ export const scenarios: Scenario[] = [
       expect(t.events.find((e) => e.type === 'claimed')?.key).toBe(`${base}"q\\b`);
       const withParams = await t.send({ path: '/payments', key: `"${base}\\"q\\\\b";v=2;x="a,b"`, body: payment(5) });
       expect(withParams.headers['idempotent-replayed']).toBe('true');
-      const bare = t.key();
-      await t.send({ path: '/payments', key: bare, body: payment(5) });
-      const bareWithParams = await t.send({ path: '/payments', key: `${bare};v=1`, body: payment(5) });
-      expect(bareWithParams.headers['idempotent-replayed']).toBe('true');
-      expect(t.app.calls.count('payments')).toBe(2);
+      expect(t.app.calls.count('payments')).toBe(1);
+    },
+  },
+  {
+    rule: 'H3',
+    title: 'a bare value is the key as sent: `order-7;a` and `order-7;b` are two keys, each replayed on its own',
+    async run(t) {
+      const base = t.key();
+      for (const stem of [base, `1${base}`, `*${base}`]) {
+        const a = await t.send({ path: '/payments', key: `${stem};a`, body: payment(5) });
+        const b = await t.send({ path: '/payments', key: `${stem};b`, body: payment(5) });
+        const plain = await t.send({ path: '/payments', key: stem, body: payment(5) });
+        for (const reply of [a, b, plain]) {
+          expect(reply.status).toBe(201);
+          expect(reply.headers['idempotent-replayed']).toBeUndefined();
+        }
+        expect(new Set([a, b, plain].map((r) => r.json().n)).size).toBe(3);
+        const again = await t.send({ path: '/payments', key: `${stem};a`, body: payment(5) });
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.body.equals(a.body)).toBe(true);
+        // The same text as an sf-string names the same key.
+        const quoted = await t.send({ path: '/payments', key: `"${stem};b"`, body: payment(5) });
+        expect(quoted.headers['idempotent-replayed']).toBe('true');
+        expect(quoted.body.equals(b.body)).toBe(true);
+      }
+      expect(t.app.calls.count('payments')).toBe(9);
+      expect(t.events.filter((e) => e.type === 'claimed').map((e) => e.key)).toContain(`${base};a`);
+    },
+  },
+  {
+    rule: 'H3',
+    title: "an sf-string's parameters are not part of the key: `\"k\";a` and `\"k\";b` are one key",
+    async run(t) {
+      const base = t.key();
+      const a = await t.send({ path: '/payments', key: `"${base}";a`, body: payment(5) });
+      const b = await t.send({ path: '/payments', key: `"${base}";b=2`, body: payment(5) });
+      expect(b.headers['idempotent-replayed']).toBe('true');
+      expect(b.body.equals(a.body)).toBe(true);
+      expect(t.app.calls.count('payments')).toBe(1);
     },
   },
   // ------------------------------------------------------------------ H4

@@ -62,6 +62,24 @@ export function koaSuite(name: string, KoaClass: KoaClass, major: 2 | 3, { extra
       expect(calls.count('orders')).toBe(1);
     });
 
+    it('H14: after @koa/bodyparser: numbers count by the text the parser kept (ids beyond 2^53 stay apart)', async () => {
+      const calls = new Calls();
+      const app = new KoaClass();
+      app.use(bodyParser());
+      app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+      app.use((ctx) => {
+        ctx.status = 201;
+        ctx.body = { n: calls.hit('orders') };
+      });
+      const url = await listen(app);
+      const k = key();
+      const json = (body: string) => ({ path: '/orders', key: k, body: Buffer.from(body), contentType: 'application/json' });
+      expect((await send(url, json('{"id":12345678901234567890}'))).status).toBe(201);
+      expectProblem(await send(url, json('{"id":12345678901234567891}')), 422, 'key-reused');
+      expect((await send(url, json('{ "id": 12345678901234567890 }'))).headers['idempotent-replayed']).toBe('true');
+      expect(calls.count('orders')).toBe(1);
+    });
+
     it('without a body parser: the handler reads the raw body from ctx.req', async () => {
       const app = new KoaClass();
       app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
