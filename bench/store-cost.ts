@@ -17,7 +17,8 @@
  *   pg_stat_statements (performance_schema statement timers on MariaDB), statements per
  *   request, table + index + TOAST bytes per record.
  *
- * Options: --first=N (default 2000; --quick 200), --subscribers=2,8,32.
+ * Options: --first=N (default 2000; --quick 200), --subscribers=2,8,32, --repeats=N (default 3,
+ * --quick 1: timings are the median run's), --no-mariadb.
  * @module
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -303,6 +304,7 @@ async function redisRun(
   // The other instances of the fleet, each with its subscription (ours only: the peer has none).
   if (impl === 'ours') for (let i = 1; i < subscribers; i++) raw.push(await rawSubscriber(url, channel));
   const app = await startExpress(layer);
+  let other: Awaited<ReturnType<typeof startExpress>> | undefined;
   try {
     // Warm-up: the scripts loaded, the connections open.
     await drive(app.url, Array.from({ length: 50 }, () => randomUUID()), 8);
@@ -341,10 +343,16 @@ async function redisRun(
       firstCommands: firstPhase.calls,
       replayCommands: replayPhase.calls,
       bytesPerRecord: memory.bytes / (keys.length + 50),
-      wakeBytesNoWaiter: wakeBytes / keys.length,
+      // Counted on the N - 1 raw subscribers, for all N subscribed instances.
+      wakeBytesNoWaiter: raw.length === 0 ? 0 : (wakeBytes / raw.length / keys.length) * subscribers,
     };
     if (withWaiters && impl === 'ours') {
-      // Keys with one duplicate each, sent while the first runs (120 ms): it waits.
+      // Keys with one duplicate each, sent to another instance while the first runs
+      // (120 ms): it waits for the wake-up (a duplicate on the same instance would wait
+      // on the in-process flight, not on Redis).
+      other = await startExpress(layer);
+      await drive(other.url, Array.from({ length: 20 }, () => randomUUID()), 4);
+      await sleep(200);
       for (const s of raw) s.reset();
       const waited = Array.from({ length: 100 }, () => randomUUID());
       const statuses: Record<string, number> = {};
@@ -352,16 +360,18 @@ async function redisRun(
         waited.map(async (key) => {
           const a = post(app.url, key, 120);
           await sleep(30);
-          const b = post(app.url, key);
+          const b = post(other!.url, key);
           for (const s of await Promise.all([a, b])) statuses[s] = (statuses[s] ?? 0) + 1;
         }),
       );
       await sleep(100);
-      row.wakeBytesWithWaiter = raw.reduce((n, s) => n + s.bytes(), 0) / waited.length;
+      row.wakeBytesWithWaiter = (raw.reduce((n, s) => n + s.bytes(), 0) / raw.length / waited.length) * subscribers;
       row.waiterStatuses = JSON.stringify(statuses);
+      if (Object.keys(statuses).some((c) => c !== '201')) throw new Error(`${impl} waiters: answers ${row.waiterStatuses}`);
     }
     return row;
   } finally {
+    await other?.close();
     await app.close();
     for (const s of raw) s.close();
     await Promise.all(stores.map((s) => s.close().catch(() => undefined)));
@@ -738,10 +748,24 @@ export interface StoreCostResults {
   skipped: string[];
 }
 
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
+
+/** `n` runs as one row: every timing the median of its own samples (a shared machine swings). */
+async function medianOf<T extends RedisCostRow | SqlCostRow>(n: number, run: () => Promise<T>): Promise<T> {
+  const runs: T[] = [];
+  for (let i = 0; i < n; i++) runs.push(await run());
+  const row = { ...runs[runs.length - 1]! };
+  for (const field of ['firstCpuUs', 'replayCpuUs', 'firstExecUs', 'replayExecUs'] as const) {
+    if (field in row) (row as unknown as Record<string, unknown>)[field] = median(runs.map((r) => (r as unknown as Record<string, number>)[field]!));
+  }
+  return row;
+}
+
 export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
   const opt = (name: string) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
   const quick = argv.includes('--quick');
   const first = Number(opt('first') ?? (quick ? 200 : 2000));
+  const repeats = Number(opt('repeats') ?? (quick ? 1 : 3));
   const subscriberCounts = (opt('subscribers') ?? (quick ? '2' : '2,8,32')).split(',').map(Number);
   const results: StoreCostResults = { date: new Date().toISOString(), requests: first, redis: [], sql: [], skipped: [] };
 
@@ -751,10 +775,10 @@ export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
     try {
       results.redisVersion = (await redisInfo(redis.url, 'server')).redis_version;
       log(`redis ${results.redisVersion} at ${redis.url}: ${first} first executions then ${first} replays, 32 in flight`);
-      results.redis.push(await redisRun(redis.url, 'node-idempotency', 0, first, false));
+      results.redis.push(await medianOf(repeats, () => redisRun(redis.url, 'node-idempotency', 0, first, false)));
       log(`  peer: first ${fmt(results.redis.at(-1)!.firstCpuUs, 1)} µs, replay ${fmt(results.redis.at(-1)!.replayCpuUs, 1)} µs`);
       for (const n of subscriberCounts) {
-        results.redis.push(await redisRun(redis.url, 'ours', n, first, n === 8 || subscriberCounts.length === 1));
+        results.redis.push(await medianOf(repeats, () => redisRun(redis.url, 'ours', n, first, n === 8 || subscriberCounts.length === 1)));
         const r = results.redis.at(-1)!;
         log(`  ours, ${n} subscribed: first ${fmt(r.firstCpuUs, 1)} µs, replay ${fmt(r.replayCpuUs, 1)} µs, ${fmt(r.bytesPerRecord)} B/record`);
       }
@@ -771,7 +795,7 @@ export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
       const probe = await pgProbe(pg.url);
       try {
         for (const impl of ['floor', 'ours'] as const) {
-          results.sql.push(await sqlRun('postgres', pg.url, impl, first, probe));
+          results.sql.push(await medianOf(repeats, () => sqlRun('postgres', pg.url, impl, first, probe)));
           const r = results.sql.at(-1)!;
           log(`  ${impl}: first ${fmt(r.firstExecUs, 1)} µs, replay ${fmt(r.replayExecUs, 1)} µs, ${fmt(r.bytesPerRecord)} B/record`);
         }
@@ -792,7 +816,7 @@ export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
         const probe = await mariadbProbe(my.url);
         try {
           for (const impl of ['floor', 'ours'] as const) {
-            results.sql.push(await sqlRun('mariadb', my.url, impl, first, probe));
+            results.sql.push(await medianOf(repeats, () => sqlRun('mariadb', my.url, impl, first, probe)));
             const r = results.sql.at(-1)!;
             log(`  ${impl}: first ${fmt(r.firstExecUs, 1)} µs, replay ${fmt(r.replayExecUs, 1)} µs, ${fmt(r.bytesPerRecord)} B/record`);
           }
