@@ -18,7 +18,7 @@
  *   request, table + index + TOAST bytes per record.
  *
  * Options: --first=N (default 2000; --quick 200), --subscribers=2,8,32, --repeats=N (default 3,
- * --quick 1: timings are the median run's), --no-mariadb.
+ * --quick 1: timings are the median run's), --no-redis, --no-postgres, --no-mariadb.
  * @module
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -769,8 +769,9 @@ export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
   const subscriberCounts = (opt('subscribers') ?? (quick ? '2' : '2,8,32')).split(',').map(Number);
   const results: StoreCostResults = { date: new Date().toISOString(), requests: first, redis: [], sql: [], skipped: [] };
 
-  const redis = await startPrivateRedis();
-  if (!redis) results.skipped.push('redis: redis-server could not be started');
+  const redis = argv.includes('--no-redis') ? undefined : await startPrivateRedis();
+  if (argv.includes('--no-redis')) results.skipped.push('redis: --no-redis');
+  else if (!redis) results.skipped.push('redis: redis-server could not be started');
   else {
     try {
       results.redisVersion = (await redisInfo(redis.url, 'server')).redis_version;
@@ -787,7 +788,7 @@ export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
     }
   }
 
-  const pg = await startPrivatePostgres();
+  const pg = argv.includes('--no-postgres') ? '--no-postgres' : await startPrivatePostgres();
   if (typeof pg === 'string') results.skipped.push(`postgres: ${pg}`);
   else {
     try {
