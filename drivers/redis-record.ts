@@ -3,11 +3,11 @@
  * compare the owner's token and copy the fixed part without decoding anything, and a
  * body travels as bytes. Not a package entry.
  *
- *     P|C  waiters(0|1)  token \n fingerprint \n createdAt \n  then
+ *     P|C  waiters(-|w)  token \n fingerprint \n createdAt \n  then
  *     processing: leaseUntil
  *     completed:  expiresAt \n status \n headers JSON \n  then `b` and the body bytes, or `n` (no body)
  *
- * `waiters` is 1 once a claim found the record processing: its completion or release then
+ * `waiters` is `w` once a claim found the record processing: its completion or release then
  * publishes a wake-up, and only then. Values written by earlier releases (JSON, starting
  * with `{`, record-json.ts) are read as they are.
  * @module
@@ -27,11 +27,11 @@ function checkLine(name: string, value: string): void {
   if (value.includes('\n')) throw new TypeError(`Expected \`${name}\` without a line break, got ${JSON.stringify(value)}`);
 }
 
-/** A new processing record's value; its waiters flag is 0. */
+/** A new processing record's value; its waiters flag is `-`. */
 export function encodeProcessing(token: string, fingerprint: string, createdAt: number, leaseUntil: number): string {
   checkLine('token', token);
   checkLine('fingerprint', fingerprint);
-  return `P0${token}\n${fingerprint}\n${createdAt}\n${leaseUntil}`;
+  return `P-${token}\n${fingerprint}\n${createdAt}\n${leaseUntil}`;
 }
 
 /** The response part of a completed value (after `status`'s line start): status, headers, body. */
@@ -59,7 +59,7 @@ export function encodeCompletedTail(expiresAt: number, response: StoredResponse)
 export function encodeCompleted(record: Extract<IdempotencyRecord, { state: 'completed' }>): Buffer {
   checkLine('token', record.token);
   checkLine('fingerprint', record.fingerprint);
-  const head = Buffer.from(`C0${record.token}\n${record.fingerprint}\n${record.createdAt}\n`);
+  const head = Buffer.from(`C-${record.token}\n${record.fingerprint}\n${record.createdAt}\n`);
   return Buffer.concat([head, encodeCompletedTail(record.expiresAt, record.response)]);
 }
 
@@ -100,5 +100,5 @@ export function decodeValue(value: Buffer | string): IdempotencyRecord {
   return { state: 'completed', fingerprint, token, createdAt, expiresAt, response: { status, headers, body } };
 }
 
-/** Whether a value is a processing record nobody is known to wait for (its waiters flag is 0). */
-export const unmarkedProcessing = (value: Buffer): boolean => value[0] === P && value[1] === 0x30;
+/** Whether a value is a processing record nobody is known to wait for (its waiters flag is `-`). */
+export const unmarkedProcessing = (value: Buffer): boolean => value[0] === P && value[1] === 0x2d;

@@ -142,18 +142,18 @@ fixed = string.find(current, '\\n', fixed + 1, true)
 
 /**
  * ARGV: owner, completed tail (expiresAt, status, headers, body), ttlMs, wake-up channel,
- * wake-up message. Publishes only when a claim found the record processing (waiters 1).
+ * wake-up message. Publishes only when a claim found the record processing (waiters `w`).
  */
 const COMPLETE = new Script(`${OWNED}
-redis.call('SET', KEYS[1], 'C0' .. string.sub(current, 3, fixed) .. ARGV[2], 'PX', ARGV[3])
-if string.byte(current, 2) == 49 then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+redis.call('SET', KEYS[1], 'C-' .. string.sub(current, 3, fixed) .. ARGV[2], 'PX', ARGV[3])
+if string.byte(current, 2) == 119 then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
 return 1
 `);
 
 /** ARGV: owner, wake-up channel, wake-up message. */
 const RELEASE = new Script(`${OWNED}
 redis.call('DEL', KEYS[1])
-if string.byte(current, 2) == 49 then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+if string.byte(current, 2) == 119 then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 return 1
 `);
 
@@ -169,8 +169,8 @@ return 1
  */
 const MARK_WAITED = new Script(`
 local current = redis.call('GET', KEYS[1])
-if current and string.byte(current, 1) == 80 and string.byte(current, 2) == 48 then
-  redis.call('SETRANGE', KEYS[1], 1, '1')
+if current and string.byte(current, 1) == 80 and string.byte(current, 2) == 45 then
+  redis.call('SETRANGE', KEYS[1], 1, 'w')
 end
 return current
 `);

@@ -1,5 +1,5 @@
 /**
- * S10 (rolling upgrades) on Redis: during a deploy, instances of the previous release share
+ * Rolling upgrades on Redis (SPEC S10): during a deploy, instances of the previous release share
  * the store with this one. The previous release stored each record as compact JSON
  * (drivers/record-json.ts: `{"s":"p"|"c","f","t","c","l"|"e","r":{"s","h","b":base64}}`)
  * and published completions as `{"k": key, "r": record}` on `<namespace>:settled`. The
@@ -30,7 +30,7 @@ const previousCompleted = (token: string, fingerprint: string, createdAt: number
     b: body === null ? null : body.toString('base64'),
   })}}`;
 
-describe.skipIf(!available)('S10: redis, records of the previous release (JSON layout)', () => {
+describe.skipIf(!available)('rolling upgrade on redis: records of the previous release (JSON layout)', () => {
   const raw = createClient({ url: REDIS_URL });
   beforeAll(async () => {
     await raw.connect();
@@ -43,7 +43,7 @@ describe.skipIf(!available)('S10: redis, records of the previous release (JSON l
     return { namespace, store: redisStore({ url: REDIS_URL, namespace }), id: (key: string) => `${namespace}:${key}` };
   };
 
-  it('S10: a completed record is read and replayed byte-exact, by claim, get, scan and stats', async () => {
+  it('rolling upgrade: a completed record is read and replayed byte-exact, by claim, get, scan and stats', async () => {
     const { store, id } = setUp();
     const now = Date.now();
     const body = Buffer.from([0, 1, 2, 255, 254, 10, 13, 123, 34]);
@@ -74,7 +74,7 @@ describe.skipIf(!available)('S10: redis, records of the previous release (JSON l
     await store.close();
   });
 
-  it('S10: idempotent() replays a result the previous release stored, without running again', async () => {
+  it('rolling upgrade: idempotent() replays a result the previous release stored, without running again', async () => {
     const { store, id } = setUp();
     let runs = 0;
     const fn = idempotent(async (order: { id: string; amount: number }) => ({ charged: order.amount, run: ++runs }), { store, key: (o) => o.id });
@@ -96,7 +96,7 @@ describe.skipIf(!available)('S10: redis, records of the previous release (JSON l
     await store.close();
   });
 
-  it('S10: a processing record holds its key for its lease; this release neither completes, extends nor releases it', async () => {
+  it('rolling upgrade: a processing record holds its key for its lease; this release neither completes, extends nor releases it', async () => {
     const { store, id } = setUp();
     const now = Date.now();
     await raw.set(id('busy'), previousProcessing('old-owner', 'fp-1', now, now + 30_000), { PX: 30_000 });
@@ -112,7 +112,7 @@ describe.skipIf(!available)('S10: redis, records of the previous release (JSON l
     await store.close();
   });
 
-  it('S10: once the lease of a previous-release claim ends (its key expires), this release takes the key over', async () => {
+  it('rolling upgrade: once the lease of a previous-release claim ends (its key expires), this release takes the key over', async () => {
     const { store, id } = setUp();
     const now = Date.now();
     await raw.set(id('crashed'), previousProcessing('old-owner', 'fp-1', now, now + 150), { PX: 150 });
@@ -126,7 +126,7 @@ describe.skipIf(!available)('S10: redis, records of the previous release (JSON l
     await store.close();
   });
 
-  it('S10: a waiter of this release is woken by the previous release completing its claim (its message carries the record)', async () => {
+  it('rolling upgrade: a waiter of this release is woken by the previous release completing its claim (its message carries the record)', async () => {
     const { store, namespace, id } = setUp();
     const now = Date.now();
     const events: string[] = [];
@@ -148,7 +148,7 @@ describe.skipIf(!available)('S10: redis, records of the previous release (JSON l
     await store.close();
   });
 
-  it('S10: the wake-ups of this release are messages the previous release reads (`{"k": key}`, `"r": null` for a release)', async () => {
+  it('rolling upgrade: the wake-ups of this release are messages the previous release reads (`{"k": key}`, `"r": null` for a release)', async () => {
     const { store, namespace } = setUp();
     const sub = raw.duplicate();
     await sub.connect();
@@ -169,7 +169,7 @@ describe.skipIf(!available)('S10: redis, records of the previous release (JSON l
     await store.close();
   });
 
-  it('S10: reseal (replaceResponse) keeps a previous-release record in its own layout', async () => {
+  it('rolling upgrade: reseal (replaceResponse) keeps a previous-release record in its own layout', async () => {
     const { store, id } = setUp();
     const now = Date.now();
     await raw.set(id('r'), previousCompleted('old', 'fp', now, now + 60_000, 200, {}, Buffer.from('one')), { PX: 60_000 });
