@@ -209,8 +209,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   const tableTag = createHash('sha1').update(table).digest('hex').slice(0, 12);
   const statement = (op: string) => `idempotency_kit_${op}_${tableTag}`;
   const CLAIM_NAME = statement('claim');
-  const TAKE_OVER_NAME = statement('take_over');
-  const MARK_NAME = statement('mark_waited');
+  const CLAIM_LOCKED_NAME = statement('claim_locked');
   const GET_NAME = statement('get');
   const COMPLETE_NAME = statement('complete');
   const RELEASE_NAME = statement('release');
@@ -248,11 +247,12 @@ BEGIN
   END IF;
 END $$`;
 
-  // A claim is one statement that takes no row lock when the key is taken: insert the key,
-  // or read the row there (a replay is that read). The read sees the statement's snapshot,
-  // which may predate a row committed since (the insert still saw it: no row comes back and
-  // the shared shape reads again) or a change committed since (the rare follow-ups below
-  // re-check the latest version under the row lock).
+  // A claim first looks without a lock: insert the key, or read the row there. That settles
+  // it when the key was free (claimed), or the row is live and needs no write: completed (a
+  // replay is that one read) or processing and already marked waited for. The read sees the
+  // statement's snapshot, which may predate a row the insert waited for (no row comes back)
+  // or a change committed since; those, an expired row, and a processing row not marked
+  // yet go on to the claim under the row lock below.
   const CLAIM = `WITH claimed AS (
   INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at)
   VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint)
@@ -262,32 +262,64 @@ END $$`;
 SELECT * FROM claimed
 UNION ALL
 SELECT false, expires_at <= ${NOW}, waiters, ${COLUMNS} FROM ${quoted} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`;
-  // The key's lease or replay window ended: take it over, unless another claim did first.
+  // The claim under the row lock, when the look found something to write or nothing to
+  // trust: it takes a new key or one whose lease or replay window ended. A claim that finds
+  // the key processing marks the row `waiters` (once: later ones find it marked and write
+  // nothing), so that the owner's completion notifies only when another process waits.
+  // ON CONFLICT sees the latest committed row under its lock, even one committed after the
+  // statement's snapshot, so a waiter's mark and the owner's completion are ordered by the
+  // row lock: the completion either sees the mark or the waiter sees the completed row.
   // A takeover keeps the mark of a processing row whose lease ended: its waiters still wait.
-  const TAKE_OVER = `UPDATE ${quoted}
-SET state = 'processing', fingerprint = $2, token = $3, created_at = $4, expires_at = ${NOW} + $5::bigint,
-    status = NULL, headers = NULL, body = NULL, waiters = (waiters AND state = 'processing')
-WHERE key = $1 AND expires_at <= ${NOW}
-RETURNING true AS claimed, waiters, ${COLUMNS}`;
-  // A claim that found the key processing marks the row waited for, so that the owner's
-  // completion notifies; the mark and the completion are ordered by the row lock: the
-  // completion sees the mark, or the mark finds the row no longer processing (and the
-  // claim reads the completed row).
-  const MARK_WAITED = `UPDATE ${quoted} SET waiters = true WHERE key = $1 AND state = 'processing' AND expires_at > ${NOW}
-RETURNING false AS claimed, waiters, ${COLUMNS}`;
+  // A loser reads the live row FOR SHARE: the latest committed version (the row lock
+  // ON CONFLICT took), never the statement's older snapshot, where a completion that
+  // committed meanwhile (unmarked, so it notified nobody) would still look processing.
+  const EXPIRED = `r.expires_at <= ${NOW}`;
+  const fresh = (column: string, value: string) => `${column} = CASE WHEN ${EXPIRED} THEN ${value} ELSE r.${column} END`;
+  const CLAIM_LOCKED = `WITH claimed AS (
+  INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at)
+  VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint)
+  ON CONFLICT (key) DO UPDATE
+    SET ${[
+      fresh('state', `'processing'`),
+      fresh('fingerprint', 'EXCLUDED.fingerprint'),
+      fresh('token', 'EXCLUDED.token'),
+      fresh('created_at', 'EXCLUDED.created_at'),
+      fresh('expires_at', 'EXCLUDED.expires_at'),
+      fresh('status', 'NULL'),
+      fresh('headers', 'NULL'),
+      fresh('body', 'NULL'),
+    ].join(',\n        ')},
+        waiters = NOT ${EXPIRED} OR (r.waiters AND r.state = 'processing')
+    WHERE ${EXPIRED} OR (r.state = 'processing' AND NOT r.waiters)
+  RETURNING r.token = $3 AS claimed, r.state, r.fingerprint, r.token, r.created_at, r.expires_at, r.status, r.headers, r.body
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT * FROM (
+  SELECT false, ${COLUMNS} FROM ${quoted}
+  WHERE key = $1 AND expires_at > ${NOW} AND NOT EXISTS (SELECT 1 FROM claimed)
+  FOR SHARE
+) live`;
   const GET = `SELECT ${COLUMNS} FROM ${quoted} WHERE key = $1 AND expires_at > ${NOW}`;
   const OWNED = `key = $1 AND token = $2 AND state = 'processing' AND expires_at > ${NOW}`;
   // Completes and releases that took effect notify waiters in other processes in the same
   // statement (delivered on commit), and only when a claim marked the row as waited for: a
   // notifying commit takes a lock that serialises every notifying transaction of the
   // server, which a completion nobody waits for should not pay. Channel per table. The
-  // message is the key alone (wakeMessage): waiters read the record.
+  // notification carries the completed record when it fits a payload (waiters then need
+  // no read), the key alone otherwise; encodeRecord()'s JSON shape. It is built in
+  // RETURNING, from the updated row, only when a waiter marked it.
   const channel = `idempotency_kit_${createHash('sha1').update(table).digest('hex').slice(0, 16)}`;
+  const WAKE = `json_build_object('k', $7::text, 'r', json_build_object(
+    's', 'c', 'f', fingerprint, 't', token, 'c', created_at, 'e', expires_at,
+    'r', json_build_object('s', $4::integer, 'h', $5::jsonb, 'b', translate(encode($6::bytea, 'base64'), E'\\n', ''))
+  ))::text`;
   const COMPLETE = `UPDATE ${quoted}
 SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
 WHERE ${OWNED}
-RETURNING 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', $7) END`;
-  const RELEASE = `DELETE FROM ${quoted} WHERE ${OWNED} RETURNING 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', $3) END`;
+RETURNING 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', CASE WHEN octet_length(${WAKE}) <= 7900 THEN ${WAKE} ELSE json_build_object('k', $7::text)::text END) END`;
+  const RELEASE = `DELETE FROM ${quoted} WHERE ${OWNED}
+RETURNING 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) END`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint WHERE ${OWNED} RETURNING 1 AS n`;
   // SKIP LOCKED: sweeps on several hosts never wait on each other or on a claim; the
   // outer condition re-checks each row, so a row taken over meanwhile is kept.
@@ -322,7 +354,7 @@ SELECT count(*)::int AS n FROM swept`;
     response.status,
     JSON.stringify(response.headers),
     bodyBuffer(response.body),
-    wakeMessage(key, false),
+    notifyPayload(key),
   ];
 
   const feed = listenConfig ? listenFeed(listenConfig, channel, timeoutMs) : undefined;
@@ -335,21 +367,22 @@ SELECT count(*)::int AS n FROM swept`;
       // the shared shape then reads again.
       async claim(key, request, leaseMs) {
         const values = [key, request.fingerprint, request.token, request.createdAt, leaseMs];
-        let [row] = await exec(CLAIM, values, CLAIM_NAME);
+        const [row] = await exec(CLAIM, values, CLAIM_NAME);
         if (row?.claimed === true) return { claimed: true, row };
-        if (row?.expired === true) [row] = await exec(TAKE_OVER, values, TAKE_OVER_NAME);
-        else if (row?.state === 'processing' && row.waiters !== true) [row] = await exec(MARK_WAITED, [key], MARK_NAME);
-        // No row: it went, or changed, since the claim looked; the shared shape reads again.
-        return row ? { claimed: row.claimed === true, row } : { claimed: false };
+        if (row && row.expired !== true && (row.state === 'completed' || row.waiters === true)) return { claimed: false, row };
+        // A loser whose row went between the conflict and its read (a release) sees no row;
+        // the shared shape then reads again.
+        const [locked] = await exec(CLAIM_LOCKED, values, CLAIM_LOCKED_NAME);
+        return locked ? { claimed: locked.claimed === true, row: locked } : { claimed: false };
       },
       get: (key) => exec(GET, [key], GET_NAME).then(([row]) => row),
       complete: (key, token, completion) =>
         changed(
           COMPLETE,
-          [key, token, completion.ttlMs, completion.status, completion.headers, completion.body, wakeMessage(completion.storageKey, false)],
+          [key, token, completion.ttlMs, completion.status, completion.headers, completion.body, notifyPayload(completion.storageKey)],
           COMPLETE_NAME,
         ),
-      release: (key, token, storageKey) => changed(RELEASE, [key, token, wakeMessage(storageKey, true)], RELEASE_NAME),
+      release: (key, token, storageKey) => changed(RELEASE, [key, token, notifyPayload(storageKey)], RELEASE_NAME),
       extend: (key, token, leaseMs) => changed(EXTEND, [key, token, leaseMs], EXTEND_NAME),
       async sweep(limit) {
         const [row] = await exec(SWEEP, [limit], SWEEP_NAME);
@@ -411,11 +444,6 @@ function notifyPayload(key: string): string {
   if (/^[A-Za-z0-9_-]{1,1000}$/.test(key)) return key;
   const encoded = `~${Buffer.from(key, 'utf8').toString('base64url')}`;
   return encoded.length <= 7000 ? encoded : '';
-}
-
-/** A wake-up: `{"k": key payload}`, and `"r": null` for a release (waiters then need no read). */
-function wakeMessage(key: string, released: boolean): string {
-  return `{"k":${JSON.stringify(notifyPayload(key))}${released ? ',"r":null' : ''}}`;
 }
 
 function keyOfPayload(payload: string): string | undefined {
