@@ -223,6 +223,8 @@ async function rawSubscriber(url: string, channel: string): Promise<{ bytes(): n
 
 export interface RedisCostRow {
   impl: 'ours' | 'node-idempotency';
+  /** Ours with `compress: true`. */
+  compress?: boolean;
   subscribers: number;
   /** Redis CPU µs per request. */
   firstCpuUs: number;
@@ -254,6 +256,7 @@ async function redisRun(
   subscribers: number,
   first: number,
   withWaiters: boolean,
+  compress = false,
 ): Promise<RedisCostRow> {
   await redisCommand(url, 'FLUSHALL');
   const namespace = 'cost';
@@ -269,7 +272,7 @@ async function redisRun(
           stores.push(store);
           // The app's own instance is subscribed, as once any duplicate waited on it.
           store.subscribe?.({ settled: () => undefined, ready: () => undefined, down: () => undefined });
-          return { handlers: [idempotency({ store, scope: 'shared' }), respond], close: () => store.close() };
+          return { handlers: [idempotency({ store, scope: 'shared', ...(compress ? { compress: true } : {}) }), respond], close: () => store.close() };
         }
       : async (respond) => {
           const core = await import('@node-idempotency/core');
@@ -337,6 +340,7 @@ async function redisRun(
     }
     const row: RedisCostRow = {
       impl,
+      ...(compress ? { compress: true } : {}),
       subscribers: impl === 'ours' ? subscribers : 0,
       firstCpuUs: firstPhase.cpuUs,
       replayCpuUs: replayPhase.cpuUs,
@@ -783,6 +787,9 @@ export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
         const r = results.redis.at(-1)!;
         log(`  ours, ${n} subscribed: first ${fmt(r.firstCpuUs, 1)} µs, replay ${fmt(r.replayCpuUs, 1)} µs, ${fmt(r.bytesPerRecord)} B/record`);
       }
+      results.redis.push(await medianOf(repeats, () => redisRun(redis.url, 'ours', subscriberCounts[0]!, first, false, true)));
+      const c = results.redis.at(-1)!;
+      log(`  ours with compress: true: first ${fmt(c.firstCpuUs, 1)} µs, replay ${fmt(c.replayCpuUs, 1)} µs, ${fmt(c.bytesPerRecord)} B/record`);
     } finally {
       await redis.stop();
     }
@@ -844,7 +851,7 @@ export function renderStoreCost(r: StoreCostResults): string {
       '|---|---:|---:|---:|---|---|---:|---:|---:|',
     );
     for (const x of r.redis) {
-      const name = x.impl === 'ours' ? 'idempotency-kit' : '@node-idempotency/core + Redis adapter';
+      const name = x.impl === 'ours' ? `idempotency-kit${x.compress ? ', `compress: true`' : ''}` : '@node-idempotency/core + Redis adapter';
       const vs = (mine: number, theirs: number | undefined) => (x.impl === 'ours' && theirs ? ` (${fmt(mine / theirs, 2)}×)` : '');
       lines.push(
         `| ${name} | ${x.impl === 'ours' ? x.subscribers : '-'} | ${fmt(x.firstCpuUs, 1)} µs${vs(x.firstCpuUs, peer?.firstCpuUs)} | ${fmt(x.replayCpuUs, 1)} µs${vs(x.replayCpuUs, peer?.replayCpuUs)} | ${x.firstCommands} | ${x.replayCommands} | ${fmt(x.bytesPerRecord)} B${vs(x.bytesPerRecord, peer?.bytesPerRecord)} | ${x.impl === 'ours' ? fmt(x.wakeBytesNoWaiter) : '-'} | ${x.wakeBytesWithWaiter === undefined ? '-' : fmt(x.wakeBytesWithWaiter)} |`,
