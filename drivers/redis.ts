@@ -150,6 +150,19 @@ if string.byte(current, 2) == 119 then redis.call('PUBLISH', ARGV[4], ARGV[5]) e
 return 1
 `);
 
+/**
+ * The same, for the claims this store made itself (almost all): ARGV[2] is the whole
+ * completed value, built by the store from what it wrote at the claim, so the script only
+ * compares and writes.
+ */
+const COMPLETE_OWN = new Script(`
+local current = redis.call('GET', KEYS[1])
+if not current or string.byte(current, 1) ~= 80 or string.sub(current, 3, 2 + #ARGV[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if string.byte(current, 2) == 119 then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+return 1
+`);
+
 /** ARGV: owner, wake-up channel, wake-up message. */
 const RELEASE = new Script(`${OWNED}
 redis.call('DEL', KEYS[1])
@@ -204,6 +217,9 @@ for _ = 1, 3 do fixed = string.find(current, '\\n', fixed + 1, true) end
 redis.call('SET', KEYS[1], string.sub(current, 1, fixed) .. ARGV[2], 'PX', ttl)
 return 1
 `);
+
+/** Claims a store remembers for a lean completion (see `claimed`). */
+const OWN_CLAIMS_MAX = 10_000;
 
 /** node-redis's type mapping for bulk strings (RESP `$`, 36): Buffers, so bodies stay bytes. */
 const BUFFER_REPLIES = { typeMapping: { 36: Buffer } };
@@ -453,6 +469,18 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   };
 
   /**
+   * What this store wrote for its own live claims, by token: the value's fixed part
+   * (`token \n fingerprint \n createdAt \n`), so that their completion sends the whole
+   * completed value and its script copies nothing. Bounded: the oldest go first (their
+   * completion then copies the fixed part in its script, as for another store's claim).
+   */
+  const claimed = new Map<string, string>();
+  const remember = (token: string, value: string) => {
+    claimed.set(token, value.slice(2, value.lastIndexOf('\n') + 1));
+    if (claimed.size > OWN_CLAIMS_MAX) claimed.delete(claimed.keys().next().value!);
+  };
+
+  /**
    * One claim step: `SET key value NX GET PX leaseMs` sets the value when the key is free
    * (reply nil) or answers the live record, in one plain command. A server before Redis 7.0
    * refuses NX with GET: there the same runs as a small script, from then on.
@@ -504,6 +532,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
             await evalScript(RELEASE, id, [ownerPrefix(request.token), channel, wakeMessage(key, false)]).catch(() => undefined);
             throw error;
           }
+          remember(request.token, value);
           return { claimed: true, record };
         }
         if (!Buffer.isBuffer(reply)) throw new Error(`idempotency-kit: unexpected Redis reply to claim: ${String(reply)}`);
@@ -522,13 +551,20 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
       const expiresAt = Date.now() + ttlMs;
       const id = redisKey(key);
-      const reply = await evalScript(COMPLETE, id, [ownerPrefix(token), encodeCompletedTail(expiresAt, response), String(ttlMs), channel, wakeMessage(key, false)]);
+      const tail = encodeCompletedTail(expiresAt, response);
+      const fixed = claimed.get(token);
+      claimed.delete(token);
+      const reply =
+        fixed === undefined
+          ? await evalScript(COMPLETE, id, [ownerPrefix(token), tail, String(ttlMs), channel, wakeMessage(key, false)])
+          : await evalScript(COMPLETE_OWN, id, [ownerPrefix(token), Buffer.concat([Buffer.from(`C-${fixed}`), tail]), String(ttlMs), channel, wakeMessage(key, false)]);
       // Stored on the primary either way; a rejection here reports a completion that a
       // failover could still lose (a retry would then run again).
       if (reply === 1 && waitFor) await waitForReplicas(waitFor, id, 'completion');
       return reply === 1;
     },
     async release(key: string, token: string) {
+      claimed.delete(token);
       return (await evalScript(RELEASE, redisKey(key), [ownerPrefix(token), channel, wakeMessage(key, true)])) === 1;
     },
     async extend(key: string, token: string, leaseMs: number) {

@@ -20,9 +20,10 @@ export interface CompressOptions {
    */
   minBytes?: number;
   /**
-   * `gzip` and `brotli` (at quality 4: most of its gain at gzip's speed) everywhere;
-   * `zstd` where the runtime's `node:zlib` has it (Node 22.15 and later).
-   * @default 'gzip'
+   * `brotli` (at quality 5: about 8 % smaller than gzip on JSON, at about twice gzip's CPU
+   * for a 1 KiB body) and `gzip` everywhere; `zstd` where the runtime's `node:zlib` has it
+   * (Node 22.15 and later).
+   * @default 'brotli'
    */
   algorithm?: 'gzip' | 'brotli' | 'zstd';
 }
@@ -47,7 +48,7 @@ const CODECS: Record<Algorithm, Codec | undefined> = {
     letter: 0x62,
     pack: (input) =>
       zlib.brotliCompressSync(input, {
-        params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 4, [zlib.constants.BROTLI_PARAM_SIZE_HINT]: input.length },
+        params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 5, [zlib.constants.BROTLI_PARAM_SIZE_HINT]: input.length },
       }),
     unpack: (input) => zlib.brotliDecompressSync(input),
   },
@@ -87,7 +88,7 @@ export function resolveCompression(option: boolean | CompressOptions | undefined
   if (option !== true && (typeof option !== 'object' || option === null)) {
     throw new TypeError(`Expected \`compress\` to be true, false or an object like { minBytes: 1024 }, got ${String(option)}`);
   }
-  const { minBytes = 1024, algorithm = 'gzip' } = option === true ? {} : option;
+  const { minBytes = 1024, algorithm = 'brotli' } = option === true ? {} : option;
   assertInteger('compress.minBytes', minBytes, 0);
   assertOneOf('compress.algorithm', algorithm, ['gzip', 'brotli', 'zstd'] as const);
   const codec = CODECS[algorithm];

@@ -65,7 +65,7 @@ export interface EngineOptions {
   encryption?: EncryptionOptions;
   /**
    * Store large bodies compressed (`node:zlib`; before encryption): `true` for bodies of
-   * 1 KiB and more with gzip, or `{ minBytes, algorithm }`. Records are read whatever
+   * 1 KiB and more with brotli, or `{ minBytes, algorithm }`. Records are read whatever
    * this says; one that fails to inflate is answered 500 `record-unreadable`, never
    * replayed and never run again.
    * @default undefined (stored as they are)

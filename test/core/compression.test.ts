@@ -33,7 +33,7 @@ describe('compress option', () => {
     expect(() => idempotent(async () => 1, { store: memoryStore(), key: () => 'k', compress: { minBytes: 1.5 } })).toThrow(/`compress.minBytes`/);
     expect(resolveCompression(undefined)).toBeUndefined();
     expect(resolveCompression(false)).toBeUndefined();
-    expect(resolveCompression(true)).toMatchObject({ minBytes: 1024, algorithm: 'gzip' });
+    expect(resolveCompression(true)).toMatchObject({ minBytes: 1024, algorithm: 'brotli' });
   });
 
   it('stores large bodies compressed (gzip, brotli, zstd where the runtime has it) and inflates them exactly', () => {
