@@ -754,15 +754,21 @@ export interface StoreCostResults {
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]!;
 
-/** `n` runs as one row: every timing the median of its own samples (a shared machine swings). */
-async function medianOf<T extends RedisCostRow | SqlCostRow>(n: number, run: () => Promise<T>): Promise<T> {
-  const runs: T[] = [];
-  for (let i = 0; i < n; i++) runs.push(await run());
-  const row = { ...runs[runs.length - 1]! };
-  for (const field of ['firstCpuUs', 'replayCpuUs', 'firstExecUs', 'replayExecUs'] as const) {
-    if (field in row) (row as unknown as Record<string, unknown>)[field] = median(runs.map((r) => (r as unknown as Record<string, number>)[field]!));
-  }
-  return row;
+/**
+ * `cases` taking turns, `n` rounds, each reported as one row whose timings are the
+ * medians of its own samples: run case after case, the host's drift (a shared machine
+ * swings by tens of percent within minutes) would land on some cases and not others.
+ */
+async function inTurns<T extends RedisCostRow | SqlCostRow>(n: number, cases: (() => Promise<T>)[]): Promise<T[]> {
+  const runs: T[][] = cases.map(() => []);
+  for (let i = 0; i < n; i++) for (const [c, run] of cases.entries()) runs[c]!.push(await run());
+  return runs.map((samples) => {
+    const row = { ...samples[samples.length - 1]! };
+    for (const field of ['firstCpuUs', 'replayCpuUs', 'firstExecUs', 'replayExecUs'] as const) {
+      if (field in row) (row as unknown as Record<string, unknown>)[field] = median(samples.map((r) => (r as unknown as Record<string, number>)[field]!));
+    }
+    return row;
+  });
 }
 
 export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
@@ -780,16 +786,16 @@ export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
     try {
       results.redisVersion = (await redisInfo(redis.url, 'server')).redis_version;
       log(`redis ${results.redisVersion} at ${redis.url}: ${first} first executions then ${first} replays, 32 in flight`);
-      results.redis.push(await medianOf(repeats, () => redisRun(redis.url, 'node-idempotency', 0, first, false)));
-      log(`  peer: first ${fmt(results.redis.at(-1)!.firstCpuUs, 1)} µs, replay ${fmt(results.redis.at(-1)!.replayCpuUs, 1)} µs`);
-      for (const n of subscriberCounts) {
-        results.redis.push(await medianOf(repeats, () => redisRun(redis.url, 'ours', n, first, n === 8 || subscriberCounts.length === 1)));
-        const r = results.redis.at(-1)!;
-        log(`  ours, ${n} subscribed: first ${fmt(r.firstCpuUs, 1)} µs, replay ${fmt(r.replayCpuUs, 1)} µs, ${fmt(r.bytesPerRecord)} B/record`);
+      const rows = await inTurns(repeats, [
+        () => redisRun(redis.url, 'node-idempotency', 0, first, false),
+        ...subscriberCounts.map((n) => () => redisRun(redis.url, 'ours', n, first, n === 8 || subscriberCounts.length === 1)),
+        () => redisRun(redis.url, 'ours', subscriberCounts[0]!, first, false, true),
+      ]);
+      results.redis.push(...rows);
+      for (const r of rows) {
+        const who = r.impl === 'ours' ? `ours${r.compress ? ' with compress: true' : ''}, ${r.subscribers} subscribed` : 'peer';
+        log(`  ${who}: first ${fmt(r.firstCpuUs, 1)} µs, replay ${fmt(r.replayCpuUs, 1)} µs, ${fmt(r.bytesPerRecord)} B/record`);
       }
-      results.redis.push(await medianOf(repeats, () => redisRun(redis.url, 'ours', subscriberCounts[0]!, first, false, true)));
-      const c = results.redis.at(-1)!;
-      log(`  ours with compress: true: first ${fmt(c.firstCpuUs, 1)} µs, replay ${fmt(c.replayCpuUs, 1)} µs, ${fmt(c.bytesPerRecord)} B/record`);
     } finally {
       await redis.stop();
     }
@@ -802,11 +808,12 @@ export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
       log(`postgres at ${pg.url}: one request at a time`);
       const probe = await pgProbe(pg.url);
       try {
-        for (const impl of ['floor', 'ours'] as const) {
-          results.sql.push(await medianOf(repeats, () => sqlRun('postgres', pg.url, impl, first, probe)));
-          const r = results.sql.at(-1)!;
-          log(`  ${impl}: first ${fmt(r.firstExecUs, 1)} µs, replay ${fmt(r.replayExecUs, 1)} µs, ${fmt(r.bytesPerRecord)} B/record`);
-        }
+        const rows = await inTurns(
+          repeats,
+          (['floor', 'ours'] as const).map((impl) => () => sqlRun('postgres', pg.url, impl, first, probe)),
+        );
+        results.sql.push(...rows);
+        for (const r of rows) log(`  ${r.impl}: first ${fmt(r.firstExecUs, 1)} µs, replay ${fmt(r.replayExecUs, 1)} µs, ${fmt(r.bytesPerRecord)} B/record`);
       } finally {
         await probe.close();
       }
@@ -823,11 +830,12 @@ export async function runStoreCost(argv: string[]): Promise<StoreCostResults> {
         log(`mariadb at ${my.url}: one request at a time`);
         const probe = await mariadbProbe(my.url);
         try {
-          for (const impl of ['floor', 'ours'] as const) {
-            results.sql.push(await medianOf(repeats, () => sqlRun('mariadb', my.url, impl, first, probe)));
-            const r = results.sql.at(-1)!;
-            log(`  ${impl}: first ${fmt(r.firstExecUs, 1)} µs, replay ${fmt(r.replayExecUs, 1)} µs, ${fmt(r.bytesPerRecord)} B/record`);
-          }
+          const rows = await inTurns(
+            repeats,
+            (['floor', 'ours'] as const).map((impl) => () => sqlRun('mariadb', my.url, impl, first, probe)),
+          );
+          results.sql.push(...rows);
+          for (const r of rows) log(`  ${r.impl}: first ${fmt(r.firstExecUs, 1)} µs, replay ${fmt(r.replayExecUs, 1)} µs, ${fmt(r.bytesPerRecord)} B/record`);
         } finally {
           await probe.close();
         }
