@@ -466,7 +466,7 @@ export interface SqlCostRow {
 interface SqlProbe {
   reset(): Promise<void>;
   /** Statements and their summed execution time since reset, from the server's own timers. */
-  read(): Promise<{ calls: number; execUs: number }>;
+  read(): Promise<{ calls: number; execUs: number; breakdown?: string }>;
   bytes(table: string): Promise<{ bytes: number; rows: number }>;
   close(): Promise<void>;
 }
@@ -486,7 +486,12 @@ async function pgProbe(url: string): Promise<SqlProbe & { query(text: string, va
          WHERE query NOT ILIKE '%pg_stat_statements%' AND userid = (SELECT oid FROM pg_roles WHERE rolname = current_user)
            AND query NOT ILIKE 'LISTEN%' AND query NOT ILIKE 'DO $$%'`,
       );
-      return { calls: Number(rows[0].calls), execUs: Number(rows[0].ms) * 1000 };
+      const { rows: each } = await client.query(
+        `SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 40) AS q, calls::float8 AS calls, mean_exec_time::float8 AS ms FROM pg_stat_statements
+         WHERE query NOT ILIKE '%pg_stat_statements%' AND query NOT ILIKE 'LISTEN%' AND query NOT ILIKE 'DO $$%' ORDER BY total_exec_time DESC LIMIT 4`,
+      );
+      const breakdown = each.map((r) => `${String(r.q)}… ×${Number(r.calls)} ${(Number(r.ms) * 1000).toFixed(1)} µs`).join('; ');
+      return { calls: Number(rows[0].calls), execUs: Number(rows[0].ms) * 1000, breakdown };
     },
     async bytes(table) {
       const { rows } = await client.query(`SELECT pg_total_relation_size($1::regclass)::float8 AS bytes, (SELECT count(*) FROM ${table})::float8 AS n`, [table]);
@@ -627,6 +632,7 @@ async function sqlRun(
       const bad = Object.keys(codes).filter((c) => c !== '201');
       if (bad.length > 0) throw new Error(`${kind} ${impl}: answers ${JSON.stringify(codes)}`);
       const read = await probe.read();
+      if (read.breakdown) log(`    ${kind} ${impl}: ${read.breakdown}`);
       return { execUs: read.execUs / keys.length, statements: read.calls / keys.length };
     };
     const firstPhase = await phase();
