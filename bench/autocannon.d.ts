@@ -22,6 +22,8 @@ declare module 'autocannon' {
     connections?: number;
     pipelining?: number;
     duration?: number;
+    /** Stop after this many requests (instead of `duration`). */
+    amount?: number;
     timeout?: number;
     headers?: Record<string, string>;
     body?: string | Buffer;

@@ -508,7 +508,22 @@ export function renderMarkdown(results: BenchResults): string {
   if (enc) {
     out.push('### Encryption at rest');
     out.push('');
-    out.push(table(['operation', 'body', 'CPU µs'], enc.cases.map((c) => [c.name === 'aes-gcm' ? 'AES-256-GCM alone (floor)' : c.name === 'seal' ? 'seal (per first execution)' : 'open (per replay)', `${c.bytes / 1024} KiB`, n2(c.us)])));
+    const label = (name: string) =>
+      name === 'aes-gcm'
+        ? 'AES-256-GCM alone (floor)'
+        : name === 'seal'
+          ? 'seal (per first execution)'
+          : name === 'open'
+            ? 'open (per replay)'
+            : name.startsWith('compress')
+              ? `\`compress\`: ${name.slice(9)} (per first execution)`
+              : `\`compress\`: ${name.slice(8)} inflate (per replay)`;
+    out.push(
+      table(
+        ['operation', 'body', 'CPU µs', 'µs per KiB', 'stored'],
+        enc.cases.map((c) => [label(c.name), `${c.bytes / 1024} KiB`, n2(c.us), n2(c.us / (c.bytes / 1024)), c.storedBytes === undefined ? '' : `${c.storedBytes} B`]),
+      ),
+    );
     out.push('');
     out.push(
       `Fetch adapter in-process on the memory store, 1 KiB response, CPU µs per request without → with \`encryption\` (median of paired rounds): ` +

@@ -22,6 +22,8 @@
  *   --heap-sample        servers sample every allocation over each measured run (V8's sampling heap profiler,
  *                        freed objects included): the log gives bytes allocated per request, and the profiles
  *                        go to bench/profiles/ as <case>-<time>.heapprofile (open them in Chrome DevTools)
+ *   --store-cost         only what each request costs Redis, PostgreSQL and MariaDB themselves, ours beside
+ *                        the peer and a minimal SQL floor, on servers the run starts (bench/store-cost.ts)
  *   --render             only re-render the docs from bench/results/full.json (the last full run)
  *
  * Exit code 1 when a server does not start, a run has connection errors, timeouts or
@@ -860,7 +862,14 @@ async function main(): Promise<void> {
   } else log('no errors, no double executions');
 }
 
-if (flag('render')) {
+if (flag('store-cost')) {
+  // What each request costs Redis, PostgreSQL and MariaDB themselves (bench/store-cost.ts).
+  const { renderStoreCost, runStoreCost } = await import('./store-cost.js');
+  const results = await runStoreCost(argv);
+  mkdirSync(path.join(ROOT, 'bench/results'), { recursive: true });
+  writeFileSync(path.join(ROOT, `bench/results/store-cost${quick ? '-quick' : ''}.json`), `${JSON.stringify(results, null, 1)}\n`);
+  log(`\n${renderStoreCost(results)}`);
+} else if (flag('render')) {
   // Re-render the docs from the last full run's results, without measuring.
   const file = path.join(ROOT, `bench/results/${quick ? 'quick' : 'full'}.json`);
   writeDocs(JSON.parse(readFileSync(file, 'utf8')) as BenchResults);

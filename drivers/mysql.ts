@@ -17,7 +17,7 @@ import { withTimeout } from '../src/timers.js';
 import { assertInteger } from '../src/validate.js';
 import { assertDriverUrl } from './definition.js';
 import { mysqlDriver } from './mysql-definition.js';
-import { checkSqlOptions, sqlStore, type SqlRow, type SqlScanRow, type StatsGroup } from './sql-store.js';
+import { checkSqlOptions, sqlStore, type SqlClaim, type SqlRow, type SqlScanRow, type StatsGroup } from './sql-store.js';
 import { runnerTransaction } from './transaction-runner.js';
 import { adapterFrom, assertOneSource, bodyBuffer, requireVia, sqlKey } from './utils.js';
 
@@ -191,23 +191,18 @@ export function mysqlStore(options: MysqlStoreOptions): IdempotencyStore {
   body LONGBLOB NULL,
   INDEX \`${table.slice(0, 50)}_expires_at_idx\` (expires_at)
 ) ENGINE=InnoDB`;
-  // Insert, or take over an expired row. ON DUPLICATE KEY UPDATE runs on the latest
-  // committed row under its exclusive lock, so concurrent claimers take turns and each
-  // sees the previous winner's row: exactly one wins. Every assignment tests the old
-  // expires_at, which is assigned last: correct whether assignments see the values set
-  // before them (MySQL) or all see the old row (MariaDB's SIMULTANEOUS_ASSIGNMENT).
+  // A claim inserts the key; when the key is taken, it reads the row without locking it
+  // (a replay is that read). IGNORE turns only the duplicate key into "0 rows": every
+  // value is checked before (the token's length) or fits its column.
+  const INSERT = `INSERT IGNORE INTO ${quoted} (\`key\`, state, fingerprint, token, created_at, expires_at)
+VALUES (?, 'processing', ?, ?, ?, ${NOW} + ?)`;
+  const READ = `SELECT ${COLUMNS}, expires_at <= ${NOW} AS expired FROM ${quoted} WHERE \`key\` = ?`;
+  // The key's lease or replay window ended: take it over. The UPDATE runs on the latest
+  // committed row under its exclusive lock, so of concurrent claimers exactly one wins.
+  const TAKE_OVER = `UPDATE ${quoted} SET state = 'processing', fingerprint = ?, token = ?, created_at = ?, expires_at = ${NOW} + ?,
+  status = NULL, headers = NULL, body = NULL
+WHERE \`key\` = ? AND expires_at <= ${NOW}`;
   const EXPIRED = `expires_at <= ${NOW}`;
-  const CLAIM = `INSERT INTO ${quoted} (\`key\`, state, fingerprint, token, created_at, expires_at)
-VALUES (?, 'processing', ?, ?, ?, ${NOW} + ?)
-ON DUPLICATE KEY UPDATE
-  state = IF(${EXPIRED}, 'processing', state),
-  fingerprint = IF(${EXPIRED}, ?, fingerprint),
-  token = IF(${EXPIRED}, ?, token),
-  created_at = IF(${EXPIRED}, ?, created_at),
-  status = IF(${EXPIRED}, NULL, status),
-  headers = IF(${EXPIRED}, NULL, headers),
-  body = IF(${EXPIRED}, NULL, body),
-  expires_at = IF(${EXPIRED}, ${NOW} + ?, expires_at)`;
   const GET = `SELECT ${COLUMNS} FROM ${quoted} WHERE \`key\` = ? AND expires_at > ${NOW}`;
   const OWNED = `\`key\` = ? AND token = ? AND state = 'processing' AND expires_at > ${NOW}`;
   const COMPLETE = `UPDATE ${quoted} SET state = 'completed', expires_at = ${NOW} + ?, status = ?, headers = ?, body = ? WHERE ${OWNED}`;
@@ -219,6 +214,17 @@ ON DUPLICATE KEY UPDATE
   const EXPIRED_KEYS = `SELECT \`key\` FROM ${quoted} WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT ?`;
   const SWEEP = `DELETE FROM ${quoted} WHERE \`key\` IN (?) AND expires_at <= ${NOW}`;
 
+  /** Concurrent first inserts of one key can deadlock on InnoDB's gap locks; the victim's statement changed nothing, so it is run again. */
+  const retryDeadlocks = async <T>(statement: () => Promise<T>): Promise<T> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await statement();
+      } catch (error) {
+        if ((error as { errno?: unknown }).errno !== DEADLOCK || attempt >= 5) throw error;
+      }
+    }
+  };
+
   let closed = false;
   const store = sqlStore(
     {
@@ -229,20 +235,20 @@ ON DUPLICATE KEY UPDATE
       },
       async claim(key, request, leaseMs) {
         const { fingerprint, token, createdAt } = request;
-        for (let attempt = 1; ; attempt++) {
-          try {
-            await run(CLAIM, [key, fingerprint, token, createdAt, leaseMs, fingerprint, token, createdAt, leaseMs]);
-            break;
-          } catch (error) {
-            // Concurrent first inserts of one key can deadlock on InnoDB's gap locks; the
-            // victim's statement changed nothing, so it is simply run again.
-            if ((error as { errno?: unknown }).errno !== DEADLOCK || attempt >= 5) throw error;
-          }
+        if (typeof token !== 'string' || Buffer.byteLength(token) > 255) {
+          throw new TypeError(`Expected the token to be a string of at most 255 bytes, got ${typeof token === 'string' ? `${Buffer.byteLength(token)} bytes` : typeof token}`);
         }
-        // Whose row is it now? The token is unique to this claim: ours means we won.
-        const [row] = await rows(GET, [key]);
+        // The claimed record's lease end, by this host's clock (the row's is the database's).
+        const won = (): SqlClaim => ({
+          claimed: true,
+          row: { state: 'processing', fingerprint, token, created_at: createdAt, expires_at: Date.now() + leaseMs, status: null, headers: null, body: null },
+        });
+        if (await retryDeadlocks(() => changed(INSERT, [key, fingerprint, token, createdAt, leaseMs]))) return won();
+        const [row] = (await rows(READ, [key])) as (SqlRow & { expired?: number | boolean })[];
         if (!row) return { claimed: false }; // gone again already: the shared loop retries
-        return row.token === token && row.state === 'processing' ? { claimed: true, row } : { claimed: false, row };
+        if (!Number(row.expired)) return { claimed: false, row };
+        if (await retryDeadlocks(() => changed(TAKE_OVER, [fingerprint, token, createdAt, leaseMs, key]))) return won();
+        return { claimed: false }; // another claim took it over first: read again
       },
       async get(key) {
         const [row] = await rows(GET, [key]);

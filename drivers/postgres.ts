@@ -128,7 +128,7 @@ interface PgClient {
   connection?: { stream?: { unref?: () => unknown } };
 }
 
-type Row = SqlRow & { claimed?: boolean; n?: number };
+type Row = SqlRow & { claimed?: boolean; expired?: boolean; waiters?: boolean; n?: number };
 
 type Query = (text: string, values: unknown[], name?: string) => Promise<Row[]>;
 const rowsOf = (result: PgResult): Row[] => result.rows;
@@ -220,6 +220,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   const tableTag = createHash('sha1').update(table).digest('hex').slice(0, 12);
   const statement = (op: string) => `idempotency_kit_${op}_${tableTag}`;
   const CLAIM_NAME = statement('claim');
+  const CLAIM_LOCKED_NAME = statement('claim_locked');
   const GET_NAME = statement('get');
   const COMPLETE_NAME = statement('complete');
   const RELEASE_NAME = statement('release');
@@ -257,7 +258,23 @@ BEGIN
   END IF;
 END $$`;
 
-  // A claim takes a new key or one whose lease or replay window ended. A claim that finds
+  // A claim first looks without a lock: insert the key, or read the row there. That settles
+  // it when the key was free (claimed), or the row is live and needs no write: completed (a
+  // replay is that one read) or processing and already marked waited for. The read sees the
+  // statement's snapshot, which may predate a row the insert waited for (no row comes back)
+  // or a change committed since; those, an expired row, and a processing row not marked
+  // yet go on to the claim under the row lock below.
+  const CLAIM = `WITH claimed AS (
+  INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at)
+  VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint)
+  ON CONFLICT (key) DO NOTHING
+  RETURNING true AS claimed, false AS expired, r.waiters, ${COLUMNS}
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT false, expires_at <= ${NOW}, waiters, ${COLUMNS} FROM ${quoted} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)`;
+  // The claim under the row lock, when the look found something to write or nothing to
+  // trust: it takes a new key or one whose lease or replay window ended. A claim that finds
   // the key processing marks the row `waiters` (once: later ones find it marked and write
   // nothing), so that the owner's completion notifies only when another process waits.
   // ON CONFLICT sees the latest committed row under its lock, even one committed after the
@@ -269,7 +286,7 @@ END $$`;
   // committed meanwhile (unmarked, so it notified nobody) would still look processing.
   const EXPIRED = `r.expires_at <= ${NOW}`;
   const fresh = (column: string, value: string) => `${column} = CASE WHEN ${EXPIRED} THEN ${value} ELSE r.${column} END`;
-  const CLAIM = `WITH claimed AS (
+  const CLAIM_LOCKED = `WITH claimed AS (
   INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at)
   VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint)
   ON CONFLICT (key) DO UPDATE
@@ -299,24 +316,21 @@ SELECT * FROM (
   // Completes and releases that took effect notify waiters in other processes in the same
   // statement (delivered on commit), and only when a claim marked the row as waited for: a
   // notifying commit takes a lock that serialises every notifying transaction of the
-  // server, which a completion nobody waits for should not pay. Channel per table.
+  // server, which a completion nobody waits for should not pay. Channel per table. The
+  // notification carries the completed record when it fits a payload (waiters then need
+  // no read), the key alone otherwise; encodeRecord()'s JSON shape. It is built in
+  // RETURNING, from the updated row, only when a waiter marked it.
   const channel = `idempotency_kit_${createHash('sha1').update(table).digest('hex').slice(0, 16)}`;
-  // The notification carries the completed record when it fits a payload (waiters then
-  // need no read), the key alone otherwise; encodeRecord()'s JSON shape.
-  const COMPLETE = `WITH done AS (
-  UPDATE ${quoted}
-  SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
-  WHERE ${OWNED} RETURNING fingerprint, token, created_at, expires_at, waiters
-), wake AS (
-  SELECT waiters, CASE WHEN waiters THEN json_build_object('k', $7::text, 'r', json_build_object(
+  const WAKE = `json_build_object('k', $7::text, 'r', json_build_object(
     's', 'c', 'f', fingerprint, 't', token, 'c', created_at, 'e', expires_at,
     'r', json_build_object('s', $4::integer, 'h', $5::jsonb, 'b', translate(encode($6::bytea, 'base64'), E'\\n', ''))
-  ))::text END AS payload FROM done
-)
-SELECT 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', CASE WHEN octet_length(payload) <= 7900 THEN payload ELSE json_build_object('k', $7::text)::text END) END
-FROM wake`;
-  const RELEASE = `WITH done AS (DELETE FROM ${quoted} WHERE ${OWNED} RETURNING waiters)
-SELECT 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) END FROM done`;
+  ))::text`;
+  const COMPLETE = `UPDATE ${quoted}
+SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
+WHERE ${OWNED}
+RETURNING 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', CASE WHEN octet_length(${WAKE}) <= 7900 THEN ${WAKE} ELSE json_build_object('k', $7::text)::text END) END`;
+  const RELEASE = `DELETE FROM ${quoted} WHERE ${OWNED}
+RETURNING 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) END`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint WHERE ${OWNED} RETURNING 1 AS n`;
   // SKIP LOCKED: sweeps on several hosts never wait on each other or on a claim; the
   // outer condition re-checks each row, so a row taken over meanwhile is kept.
@@ -362,10 +376,16 @@ SELECT count(*)::int AS n FROM swept`;
       setUp: ensureSchema,
       // A loser whose row went between the conflict and its read (a release) sees no row;
       // the shared shape then reads again.
-      claim: (key, request, leaseMs) =>
-        exec(CLAIM, [key, request.fingerprint, request.token, request.createdAt, leaseMs], CLAIM_NAME).then(([row]) =>
-          row ? { claimed: row.claimed === true, row } : { claimed: false },
-        ),
+      async claim(key, request, leaseMs) {
+        const values = [key, request.fingerprint, request.token, request.createdAt, leaseMs];
+        const [row] = await exec(CLAIM, values, CLAIM_NAME);
+        if (row?.claimed === true) return { claimed: true, row };
+        if (row && row.expired !== true && (row.state === 'completed' || row.waiters === true)) return { claimed: false, row };
+        // A loser whose row went between the conflict and its read (a release) sees no row;
+        // the shared shape then reads again.
+        const [locked] = await exec(CLAIM_LOCKED, values, CLAIM_LOCKED_NAME);
+        return locked ? { claimed: locked.claimed === true, row: locked } : { claimed: false };
+      },
       get: (key) => exec(GET, [key], GET_NAME).then(([row]) => row),
       complete: (key, token, completion) =>
         changed(

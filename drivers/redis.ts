@@ -26,7 +26,8 @@ import type {
 import { withTimeout } from '../src/timers.js';
 import { assertDriverUrl } from './definition.js';
 import { redisDriver } from './redis-definition.js';
-import { decodeRecord, encodeRecord, encodeResponse } from './record-json.js';
+import { decodeRecord, encodeResponse } from './record-json.js';
+import { decodeValue, encodeCompletedTail, encodeProcessing, encodeResponseTail, ownerPrefix, unmarkedProcessing } from './redis-record.js';
 import { adapterFrom, checkScanOptions, isLive, reconnectingFeed } from './utils.js';
 import { assertInteger } from '../src/validate.js';
 import { isRedisClusterUrl, isRedisSentinelUrl, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
@@ -94,13 +95,15 @@ interface ScriptClient {
   close?(): Promise<unknown>;
   destroy?(): unknown;
   unref?(): unknown;
-  /** Plain client: `(args)`; cluster: `(firstKey, isReadonly, args)`; sentinel: `(isReadonly, args)`. */
+  /**
+   * Plain client: `(args, options)`; cluster: `(firstKey, isReadonly, args, options)`;
+   * sentinel: `(isReadonly, args, options)`.
+   */
   sendCommand(...args: unknown[]): Promise<unknown>;
   // Maintenance only (the command line): plain clients have them; a cluster's SCAN
   // would see one node, so stats refuses clusters.
   del?(key: string): Promise<number>;
   scan?(cursor: string, options: { MATCH: string; COUNT: number }): Promise<{ cursor: string | number; keys: string[] }>;
-  mGet?(keys: string[]): Promise<(string | null)[]>;
   /** Cluster only: its primaries, and the client of one (for SCAN, which sees one node). */
   masters?: unknown[];
   nodeClient?(node: unknown): Promise<ScriptClient> | ScriptClient;
@@ -124,75 +127,110 @@ class Script {
   }
 }
 
-/** Completed records up to this size travel with their wake-up message. */
-const WAKE_RECORD_MAX_BYTES = 8192;
-
 // Every script reads and writes KEYS[1] only, so it runs on any Cluster node owning the slot.
-// Record values are the JSON of encodeRecord() (record-json.ts); the scripts read `s`
-// (state) and `t` (token) and rebuild the JSON by concatenation, so numbers and the
-// stored response are never re-encoded by cjson.
-
-/** ARGV: processing JSON, leaseMs. Returns '' when claimed, else the live record. */
-const CLAIM = new Script(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return '' end
-local current = redis.call('GET', KEYS[1])
-if current then return current end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return ''
-`);
+// Values have the layout of redis-record.ts: the scripts check the state byte and compare
+// the owner's token at byte 3 (ARGV[1] is the token and its line end), and copy the fixed
+// part as it is; nothing is decoded. A value of an earlier release (JSON) is owned by no
+// token of this one: its own instances complete it.
 
 const OWNED = `
 local current = redis.call('GET', KEYS[1])
-if not current then return 0 end
-local record = cjson.decode(current)
-if record.s ~= 'p' or record.t ~= ARGV[1] then return 0 end
+if not current or string.byte(current, 1) ~= 80 or string.sub(current, 3, 2 + #ARGV[1]) ~= ARGV[1] then return 0 end
+local fixed = string.find(current, '\\n', 3 + #ARGV[1], true)
+fixed = string.find(current, '\\n', fixed + 1, true)
 `;
 
 /**
- * ARGV: token, response JSON, expiresAt, ttlMs, wake-up channel, storage key.
- * The wake-up carries the completed record when it is small (waiters then need no read).
+ * ARGV: owner, completed tail (expiresAt, status, headers, body), ttlMs, wake-up channel,
+ * wake-up message. Publishes only when a claim found the record processing (waiters `w`).
  */
 const COMPLETE = new Script(`${OWNED}
-local value = '{"s":"c","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
-  .. ',"c":' .. string.format('%.0f', record.c) .. ',"e":' .. ARGV[3] .. ',"r":' .. ARGV[2] .. '}'
-redis.call('SET', KEYS[1], value, 'PX', ARGV[4])
-if #value <= ${WAKE_RECORD_MAX_BYTES} then
-  redis.call('PUBLISH', ARGV[5], '{"k":' .. cjson.encode(ARGV[6]) .. ',"r":' .. value .. '}')
-else
-  redis.call('PUBLISH', ARGV[5], '{"k":' .. cjson.encode(ARGV[6]) .. '}')
-end
-return 1
-`);
-
-/** ARGV: token, wake-up channel, storage key. */
-const RELEASE = new Script(`${OWNED}
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], '{"k":' .. cjson.encode(ARGV[3]) .. ',"r":null}')
-return 1
-`);
-
-/** ARGV: token, leaseMs, leaseUntil. */
-const EXTEND = new Script(`${OWNED}
-redis.call('SET', KEYS[1], '{"s":"p","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
-  .. ',"c":' .. string.format('%.0f', record.c) .. ',"l":' .. ARGV[3] .. '}', 'PX', ARGV[2])
+redis.call('SET', KEYS[1], 'C-' .. string.sub(current, 3, fixed) .. ARGV[2], 'PX', ARGV[3])
+if string.byte(current, 2) == 119 then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
 return 1
 `);
 
 /**
- * ARGV: token, response JSON. Replaces the response of the completed record while it has
- * `token`; fingerprint, times and the remaining expiry stay.
+ * The same, for the claims this store made itself (almost all): ARGV[2] is the whole
+ * completed value, built by the store from what it wrote at the claim, so the script only
+ * compares and writes.
+ */
+const COMPLETE_OWN = new Script(`
+local current = redis.call('GET', KEYS[1])
+if not current or string.byte(current, 1) ~= 80 or string.sub(current, 3, 2 + #ARGV[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if string.byte(current, 2) == 119 then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
+return 1
+`);
+
+/** ARGV: owner, wake-up channel, wake-up message. */
+const RELEASE = new Script(`${OWNED}
+redis.call('DEL', KEYS[1])
+if string.byte(current, 2) == 119 then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+return 1
+`);
+
+/** ARGV: owner, leaseMs, leaseUntil. */
+const EXTEND = new Script(`${OWNED}
+redis.call('SET', KEYS[1], string.sub(current, 1, fixed) .. ARGV[3], 'PX', ARGV[2])
+return 1
+`);
+
+/**
+ * A claim that found the record processing marks it waited for (SETRANGE keeps the
+ * expiry), so that its completion publishes; returns the value as it is now (nil: gone).
+ */
+const MARK_WAITED = new Script(`
+local current = redis.call('GET', KEYS[1])
+if current and string.byte(current, 1) == 80 and string.byte(current, 2) == 45 then
+  redis.call('SETRANGE', KEYS[1], 1, 'w')
+end
+return current
+`);
+
+/** ARGV: value, leaseMs. The claim on a server without \`SET … NX GET\` (before Redis 7.0). */
+const CLAIM = new Script(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+return redis.call('GET', KEYS[1])
+`);
+
+/**
+ * ARGV: owner, response tail (status, headers, body), and for a value of an earlier
+ * release its token and response JSON. Replaces the response of the completed record
+ * while it has that token; fingerprint, times and the remaining expiry stay.
  */
 const REPLACE_RESPONSE = new Script(`
 local current = redis.call('GET', KEYS[1])
 if not current then return 0 end
-local record = cjson.decode(current)
-if record.s ~= 'c' or record.t ~= ARGV[1] then return 0 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl <= 0 then return 0 end
-redis.call('SET', KEYS[1], '{"s":"c","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
-  .. ',"c":' .. string.format('%.0f', record.c) .. ',"e":' .. string.format('%.0f', record.e) .. ',"r":' .. ARGV[2] .. '}', 'PX', ttl)
+if string.byte(current, 1) == 123 then
+  local record = cjson.decode(current)
+  if record.s ~= 'c' or record.t ~= ARGV[3] then return 0 end
+  redis.call('SET', KEYS[1], '{"s":"c","f":' .. cjson.encode(record.f) .. ',"t":' .. cjson.encode(record.t)
+    .. ',"c":' .. string.format('%.0f', record.c) .. ',"e":' .. string.format('%.0f', record.e) .. ',"r":' .. ARGV[4] .. '}', 'PX', ttl)
+  return 1
+end
+if string.byte(current, 1) ~= 67 or string.sub(current, 3, 2 + #ARGV[1]) ~= ARGV[1] then return 0 end
+local fixed = 2 + #ARGV[1]
+for _ = 1, 3 do fixed = string.find(current, '\\n', fixed + 1, true) end
+redis.call('SET', KEYS[1], string.sub(current, 1, fixed) .. ARGV[2], 'PX', ttl)
 return 1
 `);
+
+/** Claims a store remembers for a lean completion (see `claimed`). */
+const OWN_CLAIMS_MAX = 10_000;
+
+/** node-redis's type mapping for bulk strings (RESP `$`, 36): Buffers, so bodies stay bytes. */
+const BUFFER_REPLIES = { typeMapping: { 36: Buffer } };
+
+/**
+ * The wake-up message: the key alone (`{"k": key}`, plus `"r": null` for a release, which
+ * spares waiters a read), small whatever the record. Earlier releases read it as well.
+ */
+function wakeMessage(key: string, released: boolean): string {
+  return `{"k":${JSON.stringify(key)}${released ? ',"r":null' : ''}}`;
+}
 
 function describe(error: unknown): string {
   return error instanceof Error ? error.message || error.name : String(error);
@@ -385,9 +423,13 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   const cluster = adapter.isCluster();
 
   const sentinel = adapter.isSentinel();
-  /** A command on the connection that owns `key`, as each client shape takes it. */
-  const send = (key: string, args: string[]): Promise<unknown> =>
-    cluster ? client.sendCommand(key, false, args) : sentinel ? client.sendCommand(false, args) : client.sendCommand(args);
+  /** A command on the connection that owns `key`, as each client shape takes it; bulk replies as Buffers. */
+  const send = (key: string, args: (string | Buffer)[]): Promise<unknown> =>
+    cluster
+      ? client.sendCommand(key, false, args, BUFFER_REPLIES)
+      : sentinel
+        ? client.sendCommand(false, args, BUFFER_REPLIES)
+        : client.sendCommand(args, BUFFER_REPLIES);
   /** The message a timed-out call rejects with, made once per kind of call. */
   const timeoutMessages = new Map<string, string>();
   const timeoutMessage = (what: string, ms: number): string => {
@@ -427,15 +469,42 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   };
 
   /**
+   * What this store wrote for its own live claims, by token: the value's fixed part
+   * (`token \n fingerprint \n createdAt \n`), so that their completion sends the whole
+   * completed value and its script copies nothing. Bounded: the oldest go first (their
+   * completion then copies the fixed part in its script, as for another store's claim).
+   */
+  const claimed = new Map<string, string>();
+  const remember = (token: string, value: string) => {
+    claimed.set(token, value.slice(2, value.lastIndexOf('\n') + 1));
+    if (claimed.size > OWN_CLAIMS_MAX) claimed.delete(claimed.keys().next().value!);
+  };
+
+  /**
+   * One claim step: `SET key value NX GET PX leaseMs` sets the value when the key is free
+   * (reply nil) or answers the live record, in one plain command. A server before Redis 7.0
+   * refuses NX with GET: there the same runs as a small script, from then on.
+   */
+  let setNxGet = true;
+  const claimOnce = (id: string, value: string, leaseMs: number): Promise<unknown> => {
+    if (!setNxGet) return evalScript(CLAIM, id, [value, String(leaseMs)]);
+    return run('SET', () => send(id, ['SET', id, value, 'NX', 'GET', 'PX', String(leaseMs)])).catch((error: unknown) => {
+      if (!/syntax error/i.test(describe(error))) throw error;
+      setNxGet = false;
+      return evalScript(CLAIM, id, [value, String(leaseMs)]);
+    });
+  };
+
+  /**
    * Run a script by its SHA1, as one raw command (not through the client's command
    * builders, which cost a parser and two async steps per call); on a server that does not
    * know it yet (first use, or after SCRIPT FLUSH), once more with its source.
    */
-  const evalScript = (script: Script, key: string, args: string[]): Promise<unknown> =>
+  const evalScript = (script: Script, key: string, args: (string | Buffer)[]): Promise<unknown> =>
     run('script', () => {
-      const command = ['EVALSHA', script.sha, '1', key, ...args];
+      const command: (string | Buffer)[] = ['EVALSHA', script.sha, '1', key, ...args];
       return send(key, command).catch((error: unknown) => {
-        if (!describe(error).startsWith('NOSCRIPT')) throw error;
+        if (!String(describe(error)).startsWith('NOSCRIPT')) throw error;
         command[0] = 'EVAL';
         command[1] = script.source;
         return send(key, command);
@@ -445,52 +514,63 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
   return {
     name: 'redis',
     async claim(key: string, request: ClaimRequest, leaseMs: number): Promise<ClaimResult> {
-      const record: ProcessingRecord = {
-        state: 'processing',
-        fingerprint: request.fingerprint,
-        token: request.token,
-        createdAt: request.createdAt,
-        leaseUntil: Date.now() + leaseMs,
-      };
+      const leaseUntil = Date.now() + leaseMs;
+      const value = encodeProcessing(request.token, request.fingerprint, request.createdAt, leaseUntil);
       const id = redisKey(key);
-      const reply = await evalScript(CLAIM, id, [encodeRecord(record), String(leaseMs)]);
-      if (reply === '') {
-        try {
-          if (waitFor) await waitForReplicas(waitFor, id, 'claim');
-        } catch (error) {
-          // Fail closed: the handler must not run on a claim a failover could lose. Free the
-          // key (best effort) so a retry is not held off until the lease ends.
-          await evalScript(RELEASE, id, [request.token, channel, key]).catch(() => undefined);
-          throw error;
+      // A live record under the key comes back in the same step; a processing one is then
+      // marked waited for (a second, rare step), so that its completion wakes this caller.
+      // A record gone between the two steps (released) is claimed again.
+      for (let attempt = 0; ; attempt++) {
+        let reply = await claimOnce(id, value, leaseMs);
+        if (reply === null || reply === undefined) {
+          const record: ProcessingRecord = { state: 'processing', fingerprint: request.fingerprint, token: request.token, createdAt: request.createdAt, leaseUntil };
+          try {
+            if (waitFor) await waitForReplicas(waitFor, id, 'claim');
+          } catch (error) {
+            // Fail closed: the handler must not run on a claim a failover could lose. Free the
+            // key (best effort) so a retry is not held off until the lease ends.
+            await evalScript(RELEASE, id, [ownerPrefix(request.token), channel, wakeMessage(key, false)]).catch(() => undefined);
+            throw error;
+          }
+          remember(request.token, value);
+          return { claimed: true, record };
         }
-        return { claimed: true, record };
+        if (!Buffer.isBuffer(reply)) throw new Error(`idempotency-kit: unexpected Redis reply to claim: ${String(reply)}`);
+        if (unmarkedProcessing(reply)) reply = await evalScript(MARK_WAITED, id, []);
+        if (Buffer.isBuffer(reply)) return { claimed: false, record: decodeValue(reply) };
+        if (attempt >= 2) throw new Error('idempotency-kit: Redis claim kept losing to records that went at once; try again');
       }
-      if (typeof reply !== 'string') throw new Error(`idempotency-kit: unexpected Redis reply to claim: ${String(reply)}`);
-      return { claimed: false, record: decodeRecord(reply) };
     },
     async get(key: string) {
       const id = redisKey(key);
       const value = await run('GET', () => send(id, ['GET', id]));
       if (value === null || value === undefined) return undefined;
-      const record = decodeRecord(String(value));
+      const record = decodeValue(value as Buffer);
       return isLive(record, Date.now()) ? record : undefined;
     },
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
       const expiresAt = Date.now() + ttlMs;
       const id = redisKey(key);
-      const reply = await evalScript(COMPLETE, id, [token, encodeResponse(response), String(expiresAt), String(ttlMs), channel, key]);
+      const tail = encodeCompletedTail(expiresAt, response);
+      const fixed = claimed.get(token);
+      claimed.delete(token);
+      const reply =
+        fixed === undefined
+          ? await evalScript(COMPLETE, id, [ownerPrefix(token), tail, String(ttlMs), channel, wakeMessage(key, false)])
+          : await evalScript(COMPLETE_OWN, id, [ownerPrefix(token), Buffer.concat([Buffer.from(`C-${fixed}`), tail]), String(ttlMs), channel, wakeMessage(key, false)]);
       // Stored on the primary either way; a rejection here reports a completion that a
       // failover could still lose (a retry would then run again).
       if (reply === 1 && waitFor) await waitForReplicas(waitFor, id, 'completion');
       return reply === 1;
     },
     async release(key: string, token: string) {
-      return (await evalScript(RELEASE, redisKey(key), [token, channel, key])) === 1;
+      claimed.delete(token);
+      return (await evalScript(RELEASE, redisKey(key), [ownerPrefix(token), channel, wakeMessage(key, true)])) === 1;
     },
     async extend(key: string, token: string, leaseMs: number) {
       const leaseUntil = Date.now() + leaseMs;
       const id = redisKey(key);
-      const extended = (await evalScript(EXTEND, id, [token, String(leaseMs), String(leaseUntil)])) === 1;
+      const extended = (await evalScript(EXTEND, id, [ownerPrefix(token), String(leaseMs), String(leaseUntil)])) === 1;
       // A lease extension a failover could lose would let another claimer in while this
       // owner still runs; unacknowledged, it rejects and the owner keeps its old lease end.
       if (extended && waitFor) await waitForReplicas(waitFor, id, 'lease extension');
@@ -520,7 +600,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       return (await run('DEL', () => client.del!(redisKey(key)))) === 1;
     },
     async stats(options: MaintenanceOptions = {}): Promise<StoreStats> {
-      if (cluster || typeof client.scan !== 'function' || typeof client.mGet !== 'function') {
+      if (cluster || typeof client.scan !== 'function') {
         throw new Error('idempotency-kit: stats needs SCAN on one Redis server; a cluster client scans one node only, run it against each node URL');
       }
       // The namespace is an operator's setting, but it may hold glob characters: match it literally.
@@ -533,11 +613,11 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
         const page = await run('SCAN', () => client.scan!(cursor, { MATCH: match, COUNT: 500 }));
         cursor = String(page.cursor);
         if (page.keys.length === 0) continue;
-        const values = await run('MGET', () => client.mGet!(page.keys));
+        const values = (await run('MGET', () => send(page.keys[0]!, ['MGET', ...page.keys]))) as (Buffer | null)[];
         const t = Date.now();
         for (const value of values) {
           if (value === null) continue; // expired or deleted since the SCAN
-          const record = decodeRecord(value);
+          const record = decodeValue(value);
           const expiresAt = record.state === 'processing' ? record.leaseUntil : record.expiresAt;
           if (expiresAt <= t) stats.expired++;
           else stats[record.state]++;
@@ -566,18 +646,19 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       const page = await run('SCAN', () => scanner.scan!(scanCursor, { MATCH: match, COUNT: limit }));
       scanCursor = String(page.cursor);
       // A Cluster refuses MGET across slots: one GET per key there (in parallel).
-      const values =
+      const values = (
         page.keys.length === 0
           ? []
-          : cluster || typeof client.mGet !== 'function'
-            ? await Promise.all(page.keys.map((id) => run('GET', () => client.get(id))))
-            : await run('MGET', () => client.mGet!(page.keys));
+          : cluster
+            ? await Promise.all(page.keys.map((id) => run('GET', () => send(id, ['GET', id]))))
+            : await run('MGET', () => send(page.keys[0]!, ['MGET', ...page.keys]))
+      ) as (Buffer | null | undefined)[];
       const t = Date.now();
       const records: ScanPage['records'] = [];
       page.keys.forEach((id, i) => {
         const value = values[i];
         if (value === null || value === undefined) return; // expired or deleted since the SCAN
-        const record = decodeRecord(String(value));
+        const record = decodeValue(value);
         if (isLive(record, t)) records.push({ key: id.slice(prefix.length), record });
       });
       if (scanCursor === '0') {
@@ -587,7 +668,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
       return { records, cursor: `${node}:${scanCursor}` };
     },
     async replaceResponse(key: string, token: string, response: StoredResponse) {
-      return (await evalScript(REPLACE_RESPONSE, redisKey(key), [token, encodeResponse(response)])) === 1;
+      return (await evalScript(REPLACE_RESPONSE, redisKey(key), [ownerPrefix(token), encodeResponseTail(response), token, encodeResponse(response)])) === 1;
     },
     async sweep(options: MaintenanceOptions = {}) {
       // Records carry a Redis expiry (PX): Redis removes them itself.

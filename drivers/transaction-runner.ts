@@ -144,6 +144,10 @@ export function statementResult(raw: unknown): TransactionStatementResult {
   if (Array.isArray(value) && value.length === 2 && (Array.isArray(value[1]) || value[1] === undefined) && !isRow(value[0])) {
     value = value[0];
   }
+  // TypeORM on PostgreSQL answers an UPDATE or DELETE (RETURNING or not) with [rows, affected].
+  if (Array.isArray(value) && value.length === 2 && Array.isArray(value[0]) && typeof value[1] === 'number') {
+    return { rows: value[0] as Record<string, unknown>[], affectedRows: value[1] };
+  }
   if (Array.isArray(value)) return { rows: value as Record<string, unknown>[] };
   if (typeof value === 'number') return { rows: [], affectedRows: value };
   if (typeof value === 'object' && value !== null) {

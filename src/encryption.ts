@@ -20,6 +20,8 @@
 import { createCipheriv, createDecipheriv, createSecretKey, randomFillSync, type KeyObject } from 'node:crypto';
 import { RecordUnreadableError } from './errors.js';
 import type { CompletedRecord, StoredResponse } from './store.js';
+import { inflateResponse } from './compression.js';
+import { decodePlain, encodePlain } from './response-bytes.js';
 import { describeValue } from './validate.js';
 
 /** One encryption key: an id stored with each record it seals, and 32 bytes of key. */
@@ -144,16 +146,19 @@ export function sealedKeyId(response: StoredResponse): string | undefined {
 }
 
 /**
- * The record as its caller can use it: opened when sealed. A plaintext record is given
- * back as it is, unless `keyring` refuses plaintext. Throws RecordUnreadableError.
+ * The record as its caller can use it: opened when sealed, inflated when compressed. A
+ * plaintext record is given back as it is, unless `keyring` refuses plaintext. Throws
+ * RecordUnreadableError.
  */
 export function openRecord(record: CompletedRecord, storageKey: string, keyring: Keyring | undefined): CompletedRecord {
   if (!isSealed(record.response)) {
     if (keyring && !keyring.allowPlaintext) throw unreadable(undefined, 'plaintext');
-    return record;
+    const inflated = inflateResponse(record.response);
+    return inflated === record.response ? record : { ...record, response: inflated };
   }
   if (!keyring) throw unreadable(sealedKeyId(record.response), 'key-missing');
-  return { ...record, response: keyring.open(record.response, storageKey, record.fingerprint) };
+  // Compressed before sealing: inflated once opened.
+  return { ...record, response: inflateResponse(keyring.open(record.response, storageKey, record.fingerprint)) };
 }
 
 function openWith(sealed: StoredResponse, storageKey: string, fingerprint: string, find: (id: string) => Key | undefined): StoredResponse {
@@ -191,26 +196,6 @@ function associatedData(head: Buffer, storageKey: string, fingerprint: string): 
   head.copy(out, 0);
   out.write(tail, head.length);
   return out;
-}
-
-/** The plaintext: 4-byte length of a JSON head ({ s, h, n: body is null }), the head, then the body bytes. */
-function encodePlain(response: StoredResponse): Buffer {
-  const head = JSON.stringify(response.body === null ? { s: response.status, h: response.headers, n: 1 } : { s: response.status, h: response.headers });
-  const headBytes = Buffer.byteLength(head);
-  const body = response.body;
-  const out = Buffer.allocUnsafe(4 + headBytes + (body?.byteLength ?? 0));
-  out.writeUInt32BE(headBytes, 0);
-  out.write(head, 4);
-  if (body) out.set(body, 4 + headBytes);
-  return out;
-}
-
-function decodePlain(plain: Buffer): StoredResponse {
-  const length = plain.readUInt32BE(0);
-  const head = JSON.parse(plain.toString('utf8', 4, 4 + length)) as { s: number; h: Record<string, string | string[]>; n?: 1 };
-  if (typeof head.s !== 'number' || typeof head.h !== 'object' || head.h === null) throw new TypeError('not a response');
-  const body = head.n === 1 ? null : new Uint8Array(plain.buffer, plain.byteOffset + 4 + length, plain.length - 4 - length);
-  return { status: head.s, headers: head.h, body };
 }
 
 const IV_POOL_BYTES = IV_BYTES * 256;

@@ -134,10 +134,11 @@ export class Lease {
     this.#flight?.end(undefined); // its followers wait on the store from now on
   }
 
-  /** What the store is given: `response` sealed when encryption is on (docs/security.md). */
+  /** What the store is given: `response` compressed, then sealed, as the options ask (docs/security.md). */
   #stored(response: StoredResponse): StoredResponse {
-    const { keyring } = this.engine.options;
-    return keyring ? keyring.seal(response, this.storageKey, this.#fingerprint) : response;
+    const { keyring, compressor } = this.engine.options;
+    const packed = compressor ? compressor.compress(response) : response;
+    return keyring ? keyring.seal(packed, this.storageKey, this.#fingerprint) : packed;
   }
 
   /**

@@ -4,6 +4,7 @@
  * made, never a surprise at the first request.
  * @module
  */
+import { resolveCompression, type CompressOptions, type Compressor } from './compression.js';
 import { resolveEncryption, type EncryptionOptions, type Keyring } from './encryption.js';
 import type { IdempotencyEvent } from './events.js';
 import type { IdempotencyStore } from './store.js';
@@ -69,6 +70,14 @@ export interface EngineOptions {
    * @default undefined (stored in clear)
    */
   encryption?: EncryptionOptions;
+  /**
+   * Store large bodies compressed (`node:zlib`; before encryption): `true` for bodies of
+   * 1 KiB and more with brotli, or `{ minBytes, algorithm }`. Records are read whatever
+   * this says; one that fails to inflate is answered 500 `record-unreadable`, never
+   * replayed and never run again.
+   * @default undefined (stored as they are)
+   */
+  compress?: boolean | CompressOptions;
 }
 
 export interface ResolvedEngineOptions {
@@ -84,6 +93,8 @@ export interface ResolvedEngineOptions {
   telemetry: TelemetryOptions | false | undefined;
   /** The checked `encryption` keys; undefined: responses are stored in clear. */
   keyring: Keyring | undefined;
+  /** The checked `compress` option; undefined: responses are stored as they are. */
+  compressor: Compressor | undefined;
 }
 
 const storeMethods = ['claim', 'get', 'complete', 'release', 'extend', 'close'] as const;
@@ -112,6 +123,7 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
     now: options.now ?? Date.now,
     telemetry: options.telemetry,
     keyring: resolveEncryption(options.encryption),
+    compressor: resolveCompression(options.compress),
   };
   assertInteger('wait', resolved.wait, 0);
   assertInteger('leaseMs', resolved.leaseMs, 1);

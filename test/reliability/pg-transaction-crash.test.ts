@@ -137,7 +137,7 @@ function startWorker(env: Record<string, string>): Worker {
 
 const send = (worker: Worker, job: { key: string; killAt: KillPoint | 'none' }) => worker.child.stdin.write(`${JSON.stringify(job)}\n`);
 /** The row key of a record: the engine's storage key, hashed again by the driver. */
-const rowKey = (key: string) => sqlKey(storageKey(undefined, key));
+const rowKey = (key: string) => sqlKey(storageKey(undefined, key, 'function'));
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface RunResult {

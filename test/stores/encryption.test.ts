@@ -18,6 +18,7 @@ import { withIdempotency } from '../../adapters/fetch.js';
 import { mysqlStore } from '../../drivers/mysql.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { redisStore } from '../../drivers/redis.js';
+import { decodeValue, encodeCompleted } from '../../drivers/redis-record.js';
 import { sqliteStore } from '../../drivers/sqlite.js';
 import { idempotent, RecordUnreadableError, type IdempotencyEvent, type IdempotencyStore } from '../../src/index.js';
 import { MYSQL_URL, POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
@@ -56,37 +57,27 @@ const stores: Record<string, { available: () => Promise<boolean>; open: () => Pr
       const store = redisStore({ url: REDIS_URL, namespace });
       const client = createClient({ url: REDIS_URL });
       await client.connect();
+      // Values in the layout of drivers/redis-record.ts, read and written as bytes.
       const records = async () => {
         const keys = (await client.keys(`${namespace}:*`)).filter((k) => !k.endsWith(':settled'));
-        const values = await Promise.all(keys.map(async (k) => [k, (await client.get(k))!] as const));
-        return values.filter(([, v]) => v !== null);
+        const values = await Promise.all(keys.map(async (k) => [k, await client.sendCommand<Buffer | null>(['GET', k], { typeMapping: { 36: Buffer } })] as const));
+        return values.filter((entry): entry is readonly [string, Buffer] => entry[1] !== null);
       };
-      const rewrite = async (change: (json: { r?: { b: string } }, all: { r?: { b: string } }[]) => void) => {
-        const found = await records();
-        const all = found.map(([, v]) => JSON.parse(v) as { r?: { b: string } });
-        for (const [i, [k]] of found.entries()) {
-          change(all[i]!, all);
+      const rewrite = async (change: (body: Buffer, all: Buffer[]) => Buffer) => {
+        const found = (await records()).map(([k, v]) => [k, decodeValue(v)] as const);
+        const bodies = found.flatMap(([, r]) => (r.state === 'completed' && r.response.body ? [Buffer.from(r.response.body)] : []));
+        for (const [k, record] of found) {
+          if (record.state !== 'completed' || !record.response.body) continue;
+          const body = change(Buffer.from(record.response.body), bodies);
           const ttl = await client.pTTL(k);
-          await client.set(k, JSON.stringify(all[i]), { PX: ttl > 0 ? ttl : 60_000 });
+          await client.set(k, encodeCompleted({ ...record, response: { ...record.response, body } }), { PX: ttl > 0 ? ttl : 60_000 });
         }
       };
       return {
         store,
-        dump: async () =>
-          (await records()).flatMap(([, v]) => {
-            const json = JSON.parse(v) as { r?: { b: string | null } };
-            return [Buffer.from(v), ...(json.r?.b ? [Buffer.from(json.r.b, 'base64')] : [])];
-          }),
-        flip: () =>
-          rewrite((json) => {
-            if (json.r) json.r.b = flipLast(Buffer.from(json.r.b, 'base64')).toString('base64');
-          }),
-        swapBodies: async () => {
-          const bodies = (await records()).map(([, v]) => (JSON.parse(v) as { r?: { b: string } }).r?.b).filter(Boolean);
-          await rewrite((json) => {
-            if (json.r) json.r.b = bodies.find((b) => b !== json.r!.b)!;
-          });
-        },
+        dump: async () => (await records()).map(([, v]) => v),
+        flip: () => rewrite((body) => flipLast(body)),
+        swapBodies: () => rewrite((body, all) => all.find((b) => !b.equals(body))!),
         close: async () => {
           await store.close();
           await client.close();

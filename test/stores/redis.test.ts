@@ -83,7 +83,8 @@ describe.skipIf(!available)('redis store specifics', () => {
     expect(leasePttl).toBeLessThanOrEqual(5000);
     await store.complete(key, 't', response, 60_000);
     expect(await inspector.pTTL(keys[0]!)).toBeGreaterThan(59_000);
-    expect(JSON.parse((await inspector.get(keys[0]!))!)).toMatchObject({ s: 'c', t: 't', f: 'fp', r: { s: 201 } });
+    // The layout of drivers/redis-record.ts: state, waiters flag, token, fingerprint, then the rest.
+    expect((await inspector.get(keys[0]!))!).toMatch(/^C-t\nfp\n\d+\n\d+\n201\n\{/);
     await store.close();
   });
 
@@ -141,9 +142,13 @@ describe.skipIf(!available)('redis store specifics', () => {
     await flushes();
     expect(await store.release('r', 'x')).toBe(true);
     expect(await store.get('r')).toBeUndefined();
-    // A script's own error (here cjson on a value it did not write) reaches the caller as it is.
-    await inspector.set(`${namespace}:not-json`, 'not a record');
-    await expect(store.release('not-json', 'y')).rejects.toThrow(/user_script.*invalid token/);
+    // A value it did not write is nobody's to release, and reads of it fail loudly.
+    await inspector.set(`${namespace}:not-a-record`, 'not a record');
+    expect(await store.release('not-a-record', 'y')).toBe(false);
+    await expect(store.get('not-a-record')).rejects.toThrow(/unknown shape/);
+    // A script's own error (here GET on a hash) reaches the caller as it is.
+    await inspector.hSet(`${namespace}:hash`, 'a', 'b');
+    await expect(store.release('hash', 'y')).rejects.toThrow(/WRONGTYPE/);
     await store.close();
   });
 
@@ -228,6 +233,8 @@ describe.skipIf(!available)('redis store specifics', () => {
     await vi.waitFor(() => expect(events).toEqual(['ready', 'down', 'ready']), { timeout: 10_000, interval: 20 });
     const key = randomUUID();
     await writer.claim(key, claimOf('t'), 5000);
+    // A duplicate's claim marks the record waited for: its completion then publishes.
+    expect(await reader.claim(key, claimOf('w'), 5000)).toMatchObject({ claimed: false });
     expect(await writer.complete(key, 't', response, 60_000)).toBe(true);
     await vi.waitFor(() => expect(seen).toContain(key), { timeout: 5000, interval: 20 });
     expect(await reader.get(key)).toMatchObject({ state: 'completed' });
