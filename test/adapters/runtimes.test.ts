@@ -57,9 +57,10 @@ const json = (body: unknown, key?: string, path = '/orders', headers?: Record<st
 
 describe('the fetch and Hono entries load web standards only', () => {
   // node:crypto (hashes, UUIDs), node:diagnostics_channel and node:module (telemetry's
-  // optional OpenTelemetry lookup): all three are provided by Bun and Deno, where the smoke
-  // tests below run the built entries. Nothing else, and no http, stream or buffer.
-  const PROVIDED = ['node:crypto', 'node:diagnostics_channel', 'node:module'];
+  // optional OpenTelemetry lookup), node:zlib (the `compress` option): all four are provided
+  // by Bun and Deno (and by workerd with nodejs_compat), where the smoke tests below and
+  // test/cloudflare run the built entries. Nothing else, and no http, stream or buffer.
+  const PROVIDED = ['node:crypto', 'node:diagnostics_channel', 'node:module', 'node:zlib'];
   it('their module graph in dist/ imports no Node built-in but those Bun and Deno provide', () => {
     assertFreshBuild();
     for (const entry of ['dist/adapters/fetch.js', 'dist/adapters/hono.js']) {
