@@ -171,7 +171,7 @@ export type LambdaIdempotentOptions<E, C, R> = IdempotentOptions<[E, C], R>;
  * Wrap any Lambda handler (an EventBridge event, a Step Functions task, a direct invoke):
  * the first invocation with a key runs it and stores its result, later ones return the
  * stored result; one running elsewhere makes a repeat wait, then throw
- * `IdempotencyConflictError` (Lambda retries it). The claim holds until this invocation's
+ * `RequestInProgressError` (Lambda retries it). The claim holds until this invocation's
  * deadline, so a timed-out invocation's key is free for the retry once it is over.
  */
 export function idempotent<E, C extends Partial<LambdaContext> | undefined, R>(

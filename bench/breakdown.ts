@@ -7,7 +7,7 @@
  */
 import { Engine } from '../src/engine.js';
 import { fingerprintRequest } from '../src/fingerprint.js';
-import { Idempotency } from '../src/http.js';
+import { createIdempotency } from '../src/http.js';
 import { parseIdempotencyKey, storageKey } from '../src/key.js';
 import { memoryStore } from '../drivers/memory.js';
 import { ORDER_BODY } from './lib.js';
@@ -47,7 +47,7 @@ export async function runBreakdown(quick: boolean): Promise<BreakdownRow[]> {
   await engine.acquire('replayed', undefined, 'fp').then((a) => a.type === 'execute' && a.lease.complete({ status: 201, headers: {}, body: raw }));
   await add('engine: replay a completed key (memory store)', () => engine.acquire('replayed', undefined, 'fp'));
 
-  const layer = new Idempotency({ store: memoryStore(), scope: 'shared' });
+  const layer = createIdempotency({ store: memoryStore(), scope: 'shared' });
   const captured = { status: 201, headers: { 'content-type': 'application/json; charset=utf-8', date: 'x' }, body: raw };
   await add('HTTP layer: begin + finish, first execution (all of the above)', async (i) => {
     const d = await layer.begin({ method: 'POST', url: '/orders', headers, keyHeaderLines: [`k-${i}`], body: () => raw, raw: null });

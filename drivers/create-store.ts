@@ -10,7 +10,7 @@ import type { ClaimContext, ClaimRequest, IdempotencyRecord, IdempotencyStore, M
 import { assertInteger } from '../src/validate.js';
 import { refuseKv } from './cloudflare-bindings.js';
 import { DRIVERS, driverForAdapter, driverForBinding, driverForScheme, type RegisteredDriver } from './registry.js';
-import { assertTableName, isModuleNotFound, missingPackages, redactUrl, refuseMemoryInProduction } from './utils.js';
+import { assertTableName, isModuleNotFound, missingPackages, productionPolicy, redactUrl, refuseMemoryInProduction, type InProduction } from './utils.js';
 
 export interface CreateStoreOptions {
   /**
@@ -31,10 +31,14 @@ export interface CreateStoreOptions {
    */
   sweepIntervalMs?: number;
   /**
-   * Memory only (`memory://` or a Map): start even with NODE_ENV=production, where the
-   * memory store otherwise refuses (one process only, every key forgotten on restart).
-   * @default false
+   * Memory only (`memory://` or a Map): what to do when NODE_ENV is production, where the
+   * memory store protects one process only and a restart forgets every key: `'refuse'`
+   * throws `MemoryStoreInProductionError`, `'warn'` starts with a warning, `'allow'` starts
+   * silently.
+   * @default 'refuse'
    */
+  inProduction?: InProduction;
+  /** @deprecated Use `inProduction: 'warn'`; works until the next minor release. */
   allowInProduction?: boolean;
 }
 
@@ -187,8 +191,9 @@ export function createStore(target: StoreTarget, options: CreateStoreOptions = {
   if (typeof target === 'string') {
     const driver = checkUrl(target, options);
     if (driver !== memory) return driverStore(driver, { url: target }, options);
-    refuseMemoryInProduction(options.allowInProduction);
-    return lazyStore(driver, { allowInProduction: options.allowInProduction });
+    const inProduction = productionPolicy(options);
+    refuseMemoryInProduction(inProduction);
+    return lazyStore(driver, { inProduction });
   }
   if (typeof target !== 'object' || target === null) {
     throw unsupported(describeValue(target), 'expected a URL string, a Keyv instance or a Keyv store adapter');
@@ -196,8 +201,9 @@ export function createStore(target: StoreTarget, options: CreateStoreOptions = {
   if (target instanceof Map) {
     if (target.size > 0) throw unsupported('a Map', 'the Map is not empty (the memory store needs a Map of its own)');
     const map = target as Map<string, IdempotencyRecord>;
-    refuseMemoryInProduction(options.allowInProduction);
-    return lazyStore(memory, { map, allowInProduction: options.allowInProduction });
+    const inProduction = productionPolicy(options);
+    refuseMemoryInProduction(inProduction);
+    return lazyStore(memory, { map, inProduction });
   }
   // Workers bindings are recognised by their methods; a KV namespace is refused with why.
   refuseKv(target, 'createStore()');

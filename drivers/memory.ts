@@ -20,7 +20,7 @@ import type {
   StoredResponse,
 } from '../src/store.js';
 import { assertFunction, assertInteger } from '../src/validate.js';
-import { checkScanOptions, isLive, refuseMemoryInProduction } from './utils.js';
+import { checkScanOptions, isLive, productionPolicy, refuseMemoryInProduction, type InProduction } from './utils.js';
 
 export interface MemoryStoreOptions {
   /**
@@ -45,12 +45,16 @@ export interface MemoryStoreOptions {
   /** Clock, for tests. @default Date.now */
   now?: () => number;
   /**
-   * With NODE_ENV=production the memory store refuses to start (it protects one process,
-   * and a restart forgets every key) unless this is true.
-   * @default false
+   * What to do when NODE_ENV is production, where the memory store protects one process
+   * only and a restart forgets every key: `'refuse'` throws `MemoryStoreInProductionError`
+   * (code `memory-store-in-production`), `'warn'` starts with a process warning, `'allow'`
+   * starts silently.
+   * @default 'refuse'
    */
+  inProduction?: InProduction;
+  /** @deprecated Use `inProduction: 'warn'` (or `'allow'`); works until the next minor release. */
   allowInProduction?: boolean;
-  /** With `allowInProduction`, still warn when NODE_ENV is production (one process only). @default true */
+  /** @deprecated Use `inProduction: 'allow'` for no warning; works until the next minor release. */
   warnInProduction?: boolean;
   /**
    * Keep the records in this (empty) Map, e.g. `createStore(new Map())`. `close()` clears it.
@@ -89,8 +93,9 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
   assertInteger('sweepIntervalMs', sweepIntervalMs, 0);
   const now = options.now ?? Date.now;
   assertFunction('now', now);
-  refuseMemoryInProduction(options.allowInProduction);
-  if (options.warnInProduction !== false && process.env.NODE_ENV === 'production') {
+  const policy = productionPolicy(options);
+  refuseMemoryInProduction(policy);
+  if (policy === 'warn' && process.env.NODE_ENV === 'production') {
     process.emitWarning(
       'idempotency-kit: the memory store protects one process only; use sqlite://, redis:// or postgres:// when several processes serve the same keys',
       { code: 'IDEMPOTENCY_MEMORY_STORE' },

@@ -6,6 +6,9 @@
  */
 import { createHash } from 'node:crypto';
 import { createRequire } from 'node:module';
+import { warnDeprecated } from '../src/deprecation.js';
+import { describeValue } from '../src/validate.js';
+import { MemoryStoreInProductionError } from '../src/errors.js';
 import type { ClaimResult, IdempotencyRecord, SettleListener } from '../src/store.js';
 
 /** The URL as shown in errors (JSON-quoted): a password never reaches a log. */
@@ -299,26 +302,47 @@ export function reconnectingFeed(open: (control: FeedControl) => FeedLink | unde
   };
 }
 
+/** What the memory store does when NODE_ENV is production: refuse to start, start with a warning, or start silently. */
+export type InProduction = 'refuse' | 'warn' | 'allow';
+
+/**
+ * The memory store's production switch, `inProduction`, checked; the deprecated
+ * `allowInProduction` / `warnInProduction` pair is read too (with a warning) and may not be
+ * mixed with it.
+ */
+export function productionPolicy(options: { inProduction?: unknown; allowInProduction?: unknown; warnInProduction?: unknown }): InProduction {
+  const { inProduction, allowInProduction, warnInProduction } = options;
+  if (allowInProduction === undefined && warnInProduction === undefined) {
+    if (inProduction === undefined) return 'refuse';
+    if (inProduction === 'refuse' || inProduction === 'warn' || inProduction === 'allow') return inProduction;
+    throw new TypeError(`Expected \`inProduction\` to be 'refuse', 'warn' or 'allow', got ${describeValue(inProduction)}`);
+  }
+  if (inProduction !== undefined) {
+    throw new TypeError('Expected `inProduction` alone, got it with `allowInProduction` / `warnInProduction` (its deprecated names)');
+  }
+  for (const [name, value] of [['allowInProduction', allowInProduction], ['warnInProduction', warnInProduction]] as const) {
+    if (value !== undefined && typeof value !== 'boolean') throw new TypeError(`Expected \`${name}\` to be a boolean, got ${describeValue(value)}`);
+  }
+  warnDeprecated('the `allowInProduction` and `warnInProduction` options', "`inProduction: 'refuse' | 'warn' | 'allow'`");
+  if (allowInProduction !== true) return 'refuse';
+  return warnInProduction === false ? 'allow' : 'warn';
+}
+
 /**
  * The memory store's refusal in a production process (`NODE_ENV=production`) unless
- * `allowInProduction` is set: it protects one process, and a restart forgets every key.
+ * `inProduction` says otherwise: it protects one process, and a restart forgets every key.
  * Checked where the store is made (memoryStore) and where `createStore()` is given
  * `memory://` or a Map, so the refusal comes at start-up, not at the first request.
  */
-export function refuseMemoryInProduction(allowInProduction: unknown): void {
-  if (allowInProduction !== undefined && typeof allowInProduction !== 'boolean') {
-    throw new TypeError(`Expected \`allowInProduction\` to be a boolean, got ${String(allowInProduction)}`);
-  }
-  if (allowInProduction === true || globalThis.process?.env?.NODE_ENV !== 'production') return;
-  const error = new Error(
+export function refuseMemoryInProduction(policy: InProduction): void {
+  if (policy !== 'refuse' || globalThis.process?.env?.NODE_ENV !== 'production') return;
+  throw new MemoryStoreInProductionError(
     'idempotency-kit: refusing the memory store with NODE_ENV=production: it keeps keys in this one process only, ' +
       'so a second instance runs a retried request again and a restart or deploy forgets every key (a retry after it ' +
       'runs the payment again). Use a shared store: createStore("redis://…"), "postgres://…", "mysql://…", or ' +
       '"sqlite://./idempotency.db" for one machine. To keep memory anyway (one process, keys lost on restart), pass ' +
-      '`allowInProduction: true` (memoryStore({ allowInProduction: true }) or createStore("memory://", { allowInProduction: true })).',
+      "`inProduction: 'warn'` (memoryStore({ inProduction: 'warn' }) or createStore(\"memory://\", { inProduction: 'warn' })).",
   );
-  (error as Error & { code: string }).code = 'IDEMPOTENCY_MEMORY_IN_PRODUCTION';
-  throw error;
 }
 
 /** The scan options checked (precise TypeErrors), for every driver's `scan`. */

@@ -23,9 +23,9 @@ export type Settlement = 'ack' | 'retry' | 'dead-letter';
  * The broker decision for a handler outcome (`error` undefined: success).
  *
  * - success, or a replay of an earlier success: ack;
- * - IdempotencyConflictError (another consumer is still on it) and StoreUnavailableError:
+ * - RequestInProgressError (another consumer is still on it) and StoreUnavailableError:
  *   `retryable`, so nack with requeue, after a short delay;
- * - IdempotencyMismatchError (the id was reused for another body), ResponseNotReplayableError,
+ * - KeyReusedError (the id was reused for another body), ResponseNotReplayableError,
  *   a missing key, ResultNotStorableError: trying again cannot help, dead-letter;
  * - the handler itself failed: idempotent() released the key, so a redelivery runs it
  *   again. Retry once, then dead-letter, so a poison message cannot loop forever.
@@ -76,13 +76,13 @@ export function createOrderHandler({ store, db, table = 'shipments', onEvent }: 
     {
       store,
       key: (msg) => msg.properties.messageId as string,
-      // The same id with another body is a bug upstream: IdempotencyMismatchError, dead-letter.
+      // The same id with another body is a bug upstream: KeyReusedError, dead-letter.
       fingerprint: (msg) => msg.content,
       // Longer than the slowest handler run you expect; renewed every leaseMs/3 while it runs.
       // If the process dies, another consumer can take the message over after this.
       leaseMs: 30_000,
       // A redelivery that arrives while the first delivery is still running waits this
-      // long for its result, then gets IdempotencyConflictError and is requeued.
+      // long for its result, then gets RequestInProgressError and is requeued.
       wait: 1000,
       onEvent,
     },

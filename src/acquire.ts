@@ -9,7 +9,7 @@
  */
 import { decide } from './decide.js';
 import { openRecord } from './encryption.js';
-import { IdempotencyConflictError, IdempotencyMismatchError, RecordUnreadableError, ResponseNotReplayableError, StoreUnavailableError } from './errors.js';
+import { RequestInProgressError, KeyReusedError, RecordUnreadableError, ResponseNotReplayableError, StoreUnavailableError } from './errors.js';
 import { fingerprintValue, sameFingerprint, type Fingerprint } from './fingerprint.js';
 import { scopePartition, storageKey, type KeySpace } from './key.js';
 import { Lease, newToken, type EngineServices } from './lease.js';
@@ -28,15 +28,15 @@ export function acquire(engine: EngineServices, key: string, scope: string | und
 
 /** What an acquisition that failed means, for its telemetry span. */
 export function acquireOutcome(error: unknown): AcquireOutcome {
-  if (error instanceof IdempotencyMismatchError) return 'mismatch';
-  if (error instanceof IdempotencyConflictError) return 'conflict';
+  if (error instanceof KeyReusedError) return 'mismatch';
+  if (error instanceof RequestInProgressError) return 'conflict';
   if (error instanceof ResponseNotReplayableError) return 'not-replayable';
   if (error instanceof StoreUnavailableError) return 'store-unavailable';
   if (error instanceof RecordUnreadableError) return 'record-unreadable';
   return 'error';
 }
 
-const isConflict = (error: unknown) => error instanceof IdempotencyConflictError;
+const isConflict = (error: unknown) => error instanceof RequestInProgressError;
 
 /** One request's acquisition of its key. */
 /**
@@ -128,7 +128,7 @@ class Acquisition {
     if (next === 'claim' || next === 'wait') {
       const foundAt = now();
       flight?.inProgress(foundAt);
-      this.deadline ??= foundAt + engine.options.wait;
+      this.deadline ??= foundAt + engine.options.waitMs;
       const deadline = this.deadline;
       record = await engine.telemetry.waiting(scope, () => this.#waitInStore(hub, record, deadline, mark), (settled) => settled, isConflict);
       next = this.#decided(record, flight);
@@ -166,7 +166,7 @@ class Acquisition {
       case 'mismatch':
         flight?.end({ record });
         engine.emit({ type: 'mismatch', key, scope });
-        throw new IdempotencyMismatchError();
+        throw new KeyReusedError();
       case 'not-replayable':
         flight?.end({ record });
         engine.emit({ type: 'not-replayable', key, scope });
@@ -174,9 +174,9 @@ class Acquisition {
     }
   }
 
-  #conflict(): IdempotencyConflictError {
+  #conflict(): RequestInProgressError {
     this.engine.emit({ type: 'conflict', key: this.key, scope: this.scope });
-    return new IdempotencyConflictError(1);
+    return new RequestInProgressError(1);
   }
 
   /**
@@ -185,7 +185,7 @@ class Acquisition {
    * request still claiming, an owner that stopped renewing, nothing learned).
    */
   async #follow(flight: Flight): Promise<FlightOutcome> {
-    const { now, wait, storeTimeoutMs } = this.engine.options;
+    const { now, waitMs, storeTimeoutMs } = this.engine.options;
     const { fingerprint } = this;
     const arrived = now();
     for (;;) {
@@ -204,7 +204,7 @@ class Acquisition {
         await flight.news;
         continue;
       }
-      this.deadline ??= Math.max(flight.inProgressSince, arrived) + wait;
+      this.deadline ??= Math.max(flight.inProgressSince, arrived) + waitMs;
       const remaining = this.deadline - now();
       if (remaining <= 0) {
         if (owner) throw this.#conflict();

@@ -94,7 +94,7 @@ export class Engine implements EngineServices {
    * given) and emits `ttl-invalid` with the reason.
    */
   ttlFor(compute: (() => unknown) | undefined, key: string, scope: string | undefined): number {
-    if (compute === undefined) return this.options.ttl;
+    if (compute === undefined) return this.options.ttlMs;
     let value: unknown;
     let cause: unknown;
     try {
@@ -110,11 +110,11 @@ export class Engine implements EngineServices {
           ? 'a Promise (the ttl function must be synchronous)'
           : `got ${typeof value === 'string' ? JSON.stringify(value) : String(value)}`;
     const error = new TypeError(
-      `Expected the \`ttl\` function to return a positive integer (ms), ${got}; the record is kept for ${this.options.ttl} ms instead`,
+      `Expected the \`ttlMs\` function to return a positive integer (ms), ${got}; the record is kept for ${this.options.ttlMs} ms instead`,
       cause === undefined ? undefined : { cause },
     );
     this.emit({ type: 'ttl-invalid', key, scope, error });
-    return this.options.ttl;
+    return this.options.ttlMs;
   }
 }
 

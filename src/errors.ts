@@ -20,7 +20,8 @@ export type IdempotencyErrorCode =
   | 'transaction-conflict'
   | 'scope-required'
   | 'record-unreadable'
-  | 'webhook-signature-invalid';
+  | 'webhook-signature-invalid'
+  | 'memory-store-in-production';
 
 export class IdempotencyError extends Error {
   override name = 'IdempotencyError';
@@ -49,7 +50,7 @@ export type KeyInvalidReason =
   | 'malformed-quoting'
   | 'several-values';
 
-/** The request has no key, or its key is not usable. */
+/** The request has no key, or its key is not usable: the base of {@link KeyMissingError} and {@link KeyInvalidError}. */
 export class IdempotencyKeyError extends IdempotencyError {
   override name = 'IdempotencyKeyError';
   /** Set for `key-invalid`. */
@@ -60,17 +61,34 @@ export class IdempotencyKeyError extends IdempotencyError {
   }
 }
 
-/** Same key, different request. Never retryable with this key. */
-export class IdempotencyMismatchError extends IdempotencyError {
-  override name = 'IdempotencyMismatchError';
+/** `key-missing`: the request carries no key where one is required. */
+export class KeyMissingError extends IdempotencyKeyError {
+  override name = 'KeyMissingError';
+  constructor(message = 'Idempotency key missing.') {
+    super(undefined, message);
+  }
+}
+
+/** `key-invalid`: the key is empty, too long, not printable ASCII, or badly quoted; `reason` says which. */
+export class KeyInvalidError extends IdempotencyKeyError {
+  override name = 'KeyInvalidError';
+  declare readonly reason: KeyInvalidReason;
+  constructor(reason: KeyInvalidReason, message: string) {
+    super(reason, message);
+  }
+}
+
+/** `key-reused`: the same key came with a different request. Never retryable with this key. */
+export class KeyReusedError extends IdempotencyError {
+  override name = 'KeyReusedError';
   constructor(message = 'This idempotency key was already used with a different request.') {
     super('key-reused', 422, message);
   }
 }
 
-/** The first request with this key is still running. Retry later. */
-export class IdempotencyConflictError extends IdempotencyError {
-  override name = 'IdempotencyConflictError';
+/** `request-in-progress`: the first request with this key is still running. Retry later. */
+export class RequestInProgressError extends IdempotencyError {
+  override name = 'RequestInProgressError';
   /** Seconds to wait before retrying (the `Retry-After` value). */
   readonly retryAfterSeconds: number;
   constructor(retryAfterSeconds = 1, message = 'A request with this idempotency key is still being processed.') {
@@ -186,6 +204,19 @@ export class RecordUnreadableError extends IdempotencyError {
     );
     this.keyId = keyId;
     this.reason = reason;
+  }
+}
+
+/**
+ * `memory-store-in-production`: the memory store was asked for while NODE_ENV is
+ * production. It keeps keys in one process only, so a second instance or a restart runs a
+ * retried request again; the message says which store to use instead, or how to keep memory
+ * on purpose (`inProduction: 'warn'` or `'allow'`).
+ */
+export class MemoryStoreInProductionError extends IdempotencyError {
+  override name = 'MemoryStoreInProductionError';
+  constructor(message: string) {
+    super('memory-store-in-production', 500, message);
   }
 }
 

@@ -5,7 +5,7 @@
  * @module
  */
 import { Engine } from './engine.js';
-import { IdempotencyKeyError, isIdempotencyError, ScopeRequiredError, type IdempotencyError } from './errors.js';
+import { KeyMissingError, isIdempotencyError, ScopeRequiredError, type IdempotencyError } from './errors.js';
 import { FieldSelection, requestFingerprint, type FingerprintFields } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import { idempotencyDisabled } from './kill-switch.js';
@@ -16,7 +16,7 @@ import type { StoredResponse } from './store.js';
 import { forgetRequestTransaction, isTransactionalStore, noteTransactionProblem, registerRequestTransaction, type RequestTransaction } from './transaction.js';
 import { assertFunction, assertInteger, assertStringArray } from './validate.js';
 
-export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, 'ttl'> {
+export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, 'ttl' | 'ttlMs'> {
   /**
    * How long a stored response replays, in ms: a number, or a function of the
    * request and the handler's response, e.g. keep payments 7 days and searches 1 hour.
@@ -24,6 +24,8 @@ export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, '
    * keeps the record 24 h and emits `ttl-invalid` (docs/semantics.md#per-operation-ttl).
    * @default 86400000 (24 h)
    */
+  ttlMs?: number | ((req: Req, response: CapturedResponse) => number);
+  /** @deprecated Renamed `ttlMs`; the old name works until the next minor release. */
   ttl?: number | ((req: Req, response: CapturedResponse) => number);
   /**
    * Methods the layer covers; others pass through untouched even with a key.
@@ -110,7 +112,7 @@ export interface IdempotencyOptions<Req = unknown> extends Omit<EngineOptions, '
 
 /**
  * What a framework adapter tells the layer about its conventions. Adapter authors pass it
- * as the second argument of `new Idempotency(options, defaults)`.
+ * as the second argument of `createIdempotency(options, defaults)`.
  */
 export interface AdapterDefaults<Req> {
   /** The adapter's name, for error messages. */
@@ -367,7 +369,7 @@ export class Idempotency<Req = unknown> {
     if (parsed.key === undefined) {
       if (parsed.error) return this.#problem(parsed.error);
       if (!this.required) return this.#pass(request.raw);
-      return this.#problem(new IdempotencyKeyError(undefined, 'Idempotency key missing.'));
+      return this.#problem(new KeyMissingError());
     }
     const key = parsed.key;
     let body: unknown;

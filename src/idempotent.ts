@@ -22,7 +22,7 @@ import { assertFunction, describeValue } from './validate.js';
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyFunction = (...args: any[]) => unknown;
 
-export interface IdempotentOptions<Args extends readonly unknown[], Result = unknown> extends Omit<EngineOptions, 'ttl'> {
+export interface IdempotentOptions<Args extends readonly unknown[], Result = unknown> extends Omit<EngineOptions, 'ttl' | 'ttlMs'> {
   /**
    * How long a result replays, in ms: a number, or a function of the call's
    * arguments (as an array) and fn's result, e.g. `([msg]) => msg.type === 'payment' ? 7 * DAY : HOUR`.
@@ -30,6 +30,8 @@ export interface IdempotentOptions<Args extends readonly unknown[], Result = unk
    * keeps the record 24 h and emits `ttl-invalid` (docs/semantics.md#per-operation-ttl).
    * @default 86400000 (24 h)
    */
+  ttlMs?: number | ((args: Args, result: Result) => number);
+  /** @deprecated Renamed `ttlMs`; the old name works until the next minor release. */
   ttl?: number | ((args: Args, result: Result) => number);
   /**
    * The idempotency key of a call, from its arguments: e.g. `(msg) => msg.properties.messageId`.
@@ -46,7 +48,7 @@ export interface IdempotentOptions<Args extends readonly unknown[], Result = unk
   scope?: (...args: Args) => string | number;
   /**
    * What identifies the request behind the key, e.g. the message body; a later call with
-   * the same key and a different fingerprint throws IdempotencyMismatchError. Bytes
+   * the same key and a different fingerprint throws KeyReusedError. Bytes
    * (a Buffer) are hashed as they are, anything else canonically (object key order does
    * not matter). By default only the key counts, because brokers change delivery
    * metadata (redelivered flags, delivery tags) between deliveries of the same message.
@@ -66,12 +68,14 @@ export interface IdempotentOptions<Args extends readonly unknown[], Result = unk
  * store's database, which also completes the record before it commits.
  */
 export interface IdempotentTransactionOptions<Args extends readonly unknown[], Client>
-  extends Omit<IdempotentOptions<Args>, 'store' | 'ttl' | 'onReplay'> {
+  extends Omit<IdempotentOptions<Args>, 'store' | 'ttl' | 'ttlMs' | 'onReplay'> {
   /**
    * How long a result replays, in ms. A number only: the transaction completes the record
    * with a lifetime fixed before fn runs.
    * @default 86400000 (24 h)
    */
+  ttlMs?: number;
+  /** @deprecated Renamed `ttlMs`; the old name works until the next minor release. */
   ttl?: number;
   /** A store that runs transactions: `postgresStore({ pool })` on the application's own pool, or `postgresStore({ url })`. */
   store: TransactionalStore<Client>;
@@ -128,8 +132,8 @@ export function idempotent<Args extends unknown[], R, Client, This = unknown>(
  * - first call: fn runs; its result is stored and returned;
  * - repeat (same key and fingerprint): the stored result is returned, fn is not called;
  * - repeat while the first is still running: waits up to `wait` ms for its result, then
- *   throws IdempotencyConflictError (`retryable`: redeliver later);
- * - same key, different fingerprint: IdempotencyMismatchError;
+ *   throws RequestInProgressError (`retryable`: redeliver later);
+ * - same key, different fingerprint: KeyReusedError;
  * - fn throws: the key is released and fn's error is rethrown as it is, so a retry runs fn again.
  *
  * Results round-trip through {@link serializeResult}: JSON values, `undefined`, `Date`,
@@ -166,7 +170,7 @@ export function idempotentIn<F extends AnyFunction>(
   const [engineOptions, ttlFn] = splitTtl(options as IdempotentOptions<Parameters<F>>);
   if (ttlFn && inTransaction) {
     // The transaction completes the record with a ttl fixed before fn runs.
-    throw new TypeError('A `ttl` function is not supported with `transaction: true`; pass a number of ms');
+    throw new TypeError('A `ttlMs` function is not supported with `transaction: true`; pass a number of ms');
   }
   const engine = new Engine(engineOptions);
   const { key: keyFn, scope: scopeFn, fingerprint: fingerprintFn } = options;

@@ -14,11 +14,14 @@ export type { EngineOptions } from './options.js';
 export type { EncryptionKey, EncryptionOptions } from './encryption.js';
 export {
   BodyTooLargeError,
-  IdempotencyConflictError,
   IdempotencyError,
   IdempotencyKeyError,
-  IdempotencyMismatchError,
+  KeyInvalidError,
+  KeyMissingError,
+  KeyReusedError,
   LeaseLostError,
+  MemoryStoreInProductionError,
+  RequestInProgressError,
   RecordUnreadableError,
   ResponseNotReplayableError,
   ResultNotStorableError,
@@ -30,7 +33,6 @@ export {
   type KeyInvalidReason,
 } from './errors.js';
 export {
-  Idempotency,
   createIdempotency,
   defaultStoreResponse,
   type AdapterDefaults,
@@ -82,3 +84,22 @@ export {
 } from './transaction.js';
 // The package root also offers the URL resolver; the core modules above import no driver.
 export { createStore, type CreateStoreOptions } from '../drivers/create-store.js';
+
+// Old names, kept until the next minor release: each warns once, naming its replacement.
+import { deprecatedClass } from './deprecation.js';
+import { KeyReusedError as KeyReused, RequestInProgressError as RequestInProgress } from './errors.js';
+import { Idempotency as IdempotencyClass } from './http.js';
+/** @deprecated Renamed {@link KeyReused | KeyReusedError} (its code is `key-reused`). */
+export const IdempotencyMismatchError = deprecatedClass(KeyReused, 'IdempotencyMismatchError', 'KeyReusedError');
+/** @deprecated Renamed {@link KeyReused | KeyReusedError} (its code is `key-reused`). */
+export type IdempotencyMismatchError = KeyReused;
+/** @deprecated Renamed {@link RequestInProgress | RequestInProgressError} (its code is `request-in-progress`). */
+export const IdempotencyConflictError = deprecatedClass(RequestInProgress, 'IdempotencyConflictError', 'RequestInProgressError');
+/** @deprecated Renamed {@link RequestInProgress | RequestInProgressError} (its code is `request-in-progress`). */
+export type IdempotencyConflictError = RequestInProgress;
+/**
+ * The HTTP layer an adapter takes (`idempotency(layer)`), made by `createIdempotency(options)`.
+ * `new Idempotency(...)` is deprecated in favour of `createIdempotency(...)`; the type stays.
+ */
+export const Idempotency = deprecatedClass(IdempotencyClass, 'new Idempotency(...)', 'createIdempotency(...)');
+export type Idempotency<Req = unknown> = IdempotencyClass<Req>;

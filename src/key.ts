@@ -5,7 +5,7 @@
  * form of it a store ever sees.
  * @module
  */
-import { IdempotencyKeyError, type KeyInvalidReason } from './errors.js';
+import { KeyInvalidError, type KeyInvalidReason } from './errors.js';
 import { sha256 } from './fingerprint.js';
 
 /**
@@ -43,7 +43,7 @@ export function scopePartition(scope: string | undefined): string {
   return partition;
 }
 
-export type KeyParseResult = { key: string } | { key: undefined; error: IdempotencyKeyError | undefined };
+export type KeyParseResult = { key: string } | { key: undefined; error: KeyInvalidError | undefined };
 
 const messages: Record<KeyInvalidReason, string> = {
   empty: 'The idempotency key is empty.',
@@ -56,7 +56,7 @@ const messages: Record<KeyInvalidReason, string> = {
 
 const invalid = (reason: KeyInvalidReason): KeyParseResult => ({
   key: undefined,
-  error: new IdempotencyKeyError(reason, messages[reason]),
+  error: new KeyInvalidError(reason, messages[reason]),
 });
 
 function charProblem(code: number): KeyInvalidReason | undefined {

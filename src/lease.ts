@@ -146,7 +146,7 @@ export class Lease {
    * write is then retried in the background while the lease can still be ours, because a
    * completion that never lands lets the key expire and a retry run the handler twice.
    */
-  async complete(response: StoredResponse, ttl: number = this.engine.options.ttl): Promise<boolean> {
+  async complete(response: StoredResponse, ttl: number = this.engine.options.ttlMs): Promise<boolean> {
     this.#settled = true;
     this.#stop();
     if (this.#lost) return false;
@@ -193,7 +193,7 @@ export class Lease {
   }
 
   /** The stored record, handed to this process's waiting duplicates as it is stored. */
-  #settleFollowers(response: StoredResponse, ttl: number = this.engine.options.ttl): void {
+  #settleFollowers(response: StoredResponse, ttl: number = this.engine.options.ttlMs): void {
     const flight = this.#flight;
     const record = this.#record;
     if (!flight || !record) return;
@@ -228,7 +228,7 @@ export class Lease {
     work: (client: C) => Promise<T>,
     response: (value: T) => StoredResponse | undefined,
   ): Promise<TransactionOutcome<T>> {
-    const { store, ttl } = this.engine.options;
+    const { store, ttlMs: ttl } = this.engine.options;
     if (!isTransactionalStore(store)) {
       throw new TypeError(
         `Expected a store that runs transactions (postgresStore({ url }) or postgresStore({ pool })), got the ${store.name} store`,

@@ -16,9 +16,10 @@
  */
 import {
   BodyTooLargeError,
-  IdempotencyConflictError,
+  RequestInProgressError,
   IdempotencyKeyError,
-  IdempotencyMismatchError,
+  KeyMissingError,
+  KeyReusedError,
   RecordUnreadableError,
   ResponseNotReplayableError,
   ScopeRequiredError,
@@ -131,7 +132,7 @@ function optionsOf(source: ContractSource): ContractOptions {
     };
   }
   if (typeof source !== 'object' || source === null) {
-    throw new TypeError(`Expected a layer (\`new Idempotency(...)\`) or its options, got ${String(source)}`);
+    throw new TypeError(`Expected a layer (\`createIdempotency(...)\`) or its options, got ${String(source)}`);
   }
   return source as ContractOptions;
 }
@@ -176,7 +177,7 @@ export function idempotencyContract(source: ContractSource, version: '3.0' | '3.
   const tooLong = parseIdempotencyKey('k'.repeat(maxKeyLength + 1), maxKeyLength);
   const errors: ErrorDoc[] = [
     ...(required
-      ? [{ status: 400, code: 'key-missing' as const, error: new IdempotencyKeyError(undefined, ''), summary: `The request has no ${header}. Send one (a new random value per operation) and retry.` }]
+      ? [{ status: 400, code: 'key-missing' as const, error: new KeyMissingError(''), summary: `The request has no ${header}. Send one (a new random value per operation) and retry.` }]
       : []),
     {
       status: 400,
@@ -187,7 +188,7 @@ export function idempotencyContract(source: ContractSource, version: '3.0' | '3.
     {
       status: 409,
       code: 'request-in-progress',
-      error: new IdempotencyConflictError(),
+      error: new RequestInProgressError(),
       summary: 'A request with this key is still running. Retry after `Retry-After` seconds with the same key and the same request: it then gets the first request\'s response.',
     },
     {
@@ -205,7 +206,7 @@ export function idempotencyContract(source: ContractSource, version: '3.0' | '3.
     {
       status: 422,
       code: 'key-reused',
-      error: new IdempotencyMismatchError(),
+      error: new KeyReusedError(),
       summary: 'This key was used with a different request (method, path, query or body). Nothing ran. A new operation needs a new key.',
     },
     ...(failsClosed
@@ -278,7 +279,7 @@ export function idempotencyContract(source: ContractSource, version: '3.0' | '3.
   const responses: Record<string, OpenApiObject> = {};
   const refs: Record<string, { $ref: string }> = {};
   for (const [status, docs] of [...byStatus].sort(([a], [b]) => a - b)) {
-    const retry = docs.some((d) => d.error instanceof IdempotencyConflictError || d.error instanceof StoreUnavailableError);
+    const retry = docs.some((d) => d.error instanceof RequestInProgressError || d.error instanceof StoreUnavailableError);
     const response: OpenApiObject = {
       description: docs.map((d) => `\`${d.code}\`: ${d.summary}`).join('\n\n'),
       headers: {

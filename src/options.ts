@@ -9,6 +9,7 @@ import { resolveEncryption, type EncryptionOptions, type Keyring } from './encry
 import type { IdempotencyEvent } from './events.js';
 import type { IdempotencyStore } from './store.js';
 import type { TelemetryOptions } from './telemetry.js';
+import { renamedOption } from './deprecation.js';
 import { assertFunction, assertInteger, assertOneOf, describeValue } from './validate.js';
 
 /** Options shared by the HTTP adapters and `idempotent()`. */
@@ -20,6 +21,8 @@ export interface EngineOptions {
    * error, in ms. 0 answers at once.
    * @default 2000
    */
+  waitMs?: number;
+  /** @deprecated Renamed `waitMs`; the old name works until the next minor release. */
   wait?: number;
   /**
    * How long a claim holds the key without renewal, in ms; renewed every leaseMs/3 while
@@ -40,6 +43,8 @@ export interface EngineOptions {
    * arguments and result), see docs/semantics.md#per-operation-ttl.
    * @default 86400000 (24 h)
    */
+  ttlMs?: number;
+  /** @deprecated Renamed `ttlMs`; the old name works until the next minor release. */
   ttl?: number;
   /**
    * Any single store call slower than this fails as `store-unavailable`.
@@ -82,10 +87,10 @@ export interface EngineOptions {
 
 export interface ResolvedEngineOptions {
   store: IdempotencyStore;
-  wait: number;
+  waitMs: number;
   leaseMs: number;
   renewLease: boolean;
-  ttl: number;
+  ttlMs: number;
   storeTimeoutMs: number;
   onStoreError: 'fail' | 'continue';
   onEvent: ((event: IdempotencyEvent) => void) | undefined;
@@ -113,10 +118,10 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
   }
   const resolved: ResolvedEngineOptions = {
     store,
-    wait: options.wait ?? 2000,
+    waitMs: renamedOption<number>(options, 'wait', 'waitMs') ?? 2000,
     leaseMs: options.leaseMs ?? 30_000,
     renewLease: options.renewLease ?? true,
-    ttl: options.ttl ?? 86_400_000,
+    ttlMs: renamedOption<number>(options, 'ttl', 'ttlMs') ?? 86_400_000,
     storeTimeoutMs: options.storeTimeoutMs ?? 2000,
     onStoreError: options.onStoreError ?? 'fail',
     onEvent: options.onEvent,
@@ -125,10 +130,10 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
     keyring: resolveEncryption(options.encryption),
     compressor: resolveCompression(options.compress),
   };
-  assertInteger('wait', resolved.wait, 0);
+  assertInteger('waitMs', resolved.waitMs, 0);
   assertInteger('leaseMs', resolved.leaseMs, 1);
   if (typeof resolved.renewLease !== 'boolean') throw new TypeError(`Expected \`renewLease\` to be a boolean, got ${String(resolved.renewLease)}`);
-  assertInteger('ttl', resolved.ttl, 1);
+  assertInteger('ttlMs', resolved.ttlMs, 1);
   assertInteger('storeTimeoutMs', resolved.storeTimeoutMs, 1);
   assertOneOf('onStoreError', resolved.onStoreError, ['fail', 'continue'] as const);
   if (resolved.onEvent !== undefined) assertFunction('onEvent', resolved.onEvent);
@@ -141,18 +146,21 @@ export function resolveEngineOptions(options: EngineOptions): ResolvedEngineOpti
 type TtlFunction = (...args: any[]) => number;
 
 /**
- * Split options whose `ttl` may be a function of each operation (the HTTP layer's request
+ * Split options whose `ttlMs` may be a function of each operation (the HTTP layer's request
  * and response, `idempotent()`'s arguments and result) into the engine's options, where
- * the engine keeps its default `ttl` for a function, and the function, which the caller
- * evaluates once per completed record through `Engine.ttlFor`. A `ttl` that is neither a
- * number nor a function is a TypeError; a bad number is the engine's to refuse.
+ * the engine keeps its default `ttlMs` for a function, and the function, which the caller
+ * evaluates once per completed record through `Engine.ttlFor`. A `ttlMs` that is neither a
+ * number nor a function is a TypeError; a bad number is the engine's to refuse. The
+ * deprecated name `ttl` is read here too.
  */
-export function splitTtl<F extends TtlFunction>(options: Omit<EngineOptions, 'ttl'> & { ttl?: number | F }): [EngineOptions, F | undefined] {
-  const ttl = (options as { ttl?: unknown } | null | undefined)?.ttl;
-  if (typeof ttl === 'function') return [{ ...options, ttl: undefined }, ttl as F];
+export function splitTtl<F extends TtlFunction>(
+  options: Omit<EngineOptions, 'ttl' | 'ttlMs'> & { ttlMs?: number | F; ttl?: number | F },
+): [EngineOptions, F | undefined] {
+  if (typeof options !== 'object' || options === null) return [options as EngineOptions, undefined]; // the engine says so
+  const ttl = renamedOption<unknown>(options, 'ttl', 'ttlMs');
+  if (typeof ttl === 'function') return [{ ...options, ttl: undefined, ttlMs: undefined }, ttl as F];
   if (ttl !== undefined && typeof ttl !== 'number') {
-    throw new TypeError(`Expected \`ttl\` to be a positive integer (ms) or a function returning one, got ${describeValue(ttl)}`);
+    throw new TypeError(`Expected \`ttlMs\` to be a positive integer (ms) or a function returning one, got ${describeValue(ttl)}`);
   }
-  // Not an object: the engine says so.
-  return [options as EngineOptions, undefined];
+  return [options.ttl === undefined ? (options as EngineOptions) : { ...options, ttl: undefined, ttlMs: ttl }, undefined];
 }

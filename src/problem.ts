@@ -2,7 +2,7 @@
  * RFC 9457 problem details for the errors the layer itself produces.
  * @module
  */
-import { IdempotencyConflictError, IdempotencyKeyError, StoreUnavailableError, type IdempotencyError } from './errors.js';
+import { RequestInProgressError, IdempotencyKeyError, StoreUnavailableError, type IdempotencyError } from './errors.js';
 
 /** A complete HTTP response the adapters write as is. */
 export interface HttpResponse {
@@ -22,6 +22,7 @@ const titles: Record<string, string> = {
   'scope-required': 'Idempotency keys have no scope on this server',
   'record-unreadable': 'The stored record of this idempotency key cannot be opened',
   'webhook-signature-invalid': 'Webhook signature missing or invalid',
+  'memory-store-in-production': 'The memory store is refused in production',
 };
 
 /** An RFC 9457 problem document as the layer writes it. */
@@ -76,7 +77,7 @@ export function problemResponse(error: IdempotencyError, header = 'Idempotency-K
     'content-type': payload === body ? 'application/problem+json' : 'application/json',
     'cache-control': 'no-store',
   };
-  if (error instanceof IdempotencyConflictError || error instanceof StoreUnavailableError) {
+  if (error instanceof RequestInProgressError || error instanceof StoreUnavailableError) {
     headers['retry-after'] = String(error.retryAfterSeconds);
   }
   return { status: error.status, headers, body: new Uint8Array(Buffer.from(JSON.stringify(payload))) };

@@ -39,8 +39,8 @@ describe('package exports', () => {
   it('the root and ./node export only the public surface (internals stay behind the package boundary)', () => {
     expect(esmKeys('.')).toEqual(
       [
-        'BodyTooLargeError', 'Idempotency', 'IdempotencyConflictError', 'IdempotencyError', 'IdempotencyKeyError',
-        'IdempotencyMismatchError', 'RecordUnreadableError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
+        'BodyTooLargeError', 'Idempotency', 'RequestInProgressError', 'IdempotencyError', 'IdempotencyKeyError',
+        'KeyReusedError', 'RecordUnreadableError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
         'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'idempotentBatch', 'isIdempotencyError',
         'inTransaction', 'LeaseLostError', 'TransactionConflictError', 'withLocalCache',
       ].sort(),
@@ -87,9 +87,9 @@ describe('package exports', () => {
        const cjs = require('${pkg.name}');
        const esm = await import('${pkg.name}');
        console.log(JSON.stringify([
-         cjs.isIdempotencyError(new esm.IdempotencyMismatchError()),
-         esm.isIdempotencyError(new cjs.IdempotencyConflictError()),
-         new esm.IdempotencyMismatchError() instanceof cjs.IdempotencyMismatchError,
+         cjs.isIdempotencyError(new esm.KeyReusedError()),
+         esm.isIdempotencyError(new cjs.RequestInProgressError()),
+         new esm.KeyReusedError() instanceof cjs.KeyReusedError,
        ]));`,
     ]);
     expect(JSON.parse(out)).toEqual([true, true, false]);

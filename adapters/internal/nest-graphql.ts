@@ -328,7 +328,7 @@ export async function runResolver<Req>(
   try {
     ttl = layer.ttlFor((req ?? {}) as Req, stored, key, scopeValue);
   } catch {
-    ttl = layer.engine.options.ttl;
+    ttl = layer.engine.options.ttlMs;
   }
   await lease.complete(stored, ttl).catch((error: unknown) => layer.engine.storeError('complete', key, scopeValue, error));
   return result;

@@ -91,8 +91,9 @@ export interface IdempotentRpcOptions {
 }
 
 /** What the module options bring to message handlers: the engine's options, the key header, `rpc`. */
-export interface NestRpcModuleOptions extends Partial<Omit<EngineOptions, 'store' | 'ttl'>> {
+export interface NestRpcModuleOptions extends Partial<Omit<EngineOptions, 'store' | 'ttl' | 'ttlMs'>> {
   ttl?: unknown;
+  ttlMs?: unknown;
   header?: string;
   encryption?: EngineOptions['encryption'];
   rpc?: IdempotentRpcOptions;

@@ -17,7 +17,7 @@ export interface MessageOptions<M, R> extends Omit<IdempotentOptions<[M], R>, 'k
   scope?: (message: M) => string | undefined;
   /**
    * What must be identical for a redelivery to count as the same message; a message with a
-   * known key and another fingerprint is rejected (IdempotencyMismatchError), its handler
+   * known key and another fingerprint is rejected (KeyReusedError), its handler
    * not run. `false`: only the key counts.
    */
   fingerprint?: ((message: M) => unknown) | false;

@@ -9,7 +9,7 @@ import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { idempotency } from '../../adapters/express.js';
-import { Idempotency } from '../../src/http.js';
+import { createIdempotency } from '../../src/http.js';
 import { addIdempotencyContract, idempotencyContract, type OpenApiDocument } from '../../src/openapi.js';
 import { addedParts, clientTypesErrors, expectValidDocument } from '../helpers/openapi.js';
 import { send } from './client.js';
@@ -90,7 +90,7 @@ describe('addIdempotencyContract on a document (H21)', () => {
     const put = addIdempotencyContract(document('3.1.0'), { ...base, methods: ['PUT', 'DELETE'] });
     expect(await clientTypesErrors(put, ['DELETE /orders/{id}'])).toEqual([]);
     // a layer made by an adapter: its own values.
-    const layer = new Idempotency({ store: memoryStore(), scope: 'shared', header: 'X-Request-Key', maxKeyLength: 64 });
+    const layer = createIdempotency({ store: memoryStore(), scope: 'shared', header: 'X-Request-Key', maxKeyLength: 64 });
     const fromLayer = addIdempotencyContract(document('3.0.3'), layer, { select: notPings });
     await expectValidDocument(fromLayer);
     expect(await clientTypesErrors(fromLayer, covered, 'X-Request-Key')).toEqual([]);

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
 import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
 import { postgresStore, type PostgresStore } from '../../drivers/postgres.js';
-import { IdempotencyConflictError, IdempotencyMismatchError, StoreUnavailableError } from '../../src/errors.js';
+import { RequestInProgressError, KeyReusedError, StoreUnavailableError } from '../../src/errors.js';
 import { idempotent } from '../../src/idempotent.js';
 import { idempotentBatch, type BatchResult } from '../../src/index.js';
 import type { IdempotencyStore } from '../../src/store.js';
@@ -135,7 +135,7 @@ describe.each(targets)('idempotentBatch() on the $name store', ({ create }) => {
     release();
     await holding;
     expect(result.succeeded.map((s) => s.message.id)).toEqual([plain!.id]);
-    expect(result.failed.map((f) => [f.message.id, f.kind, f.error instanceof IdempotencyConflictError || f.error instanceof IdempotencyMismatchError])).toEqual([
+    expect(result.failed.map((f) => [f.message.id, f.kind, f.error instanceof RequestInProgressError || f.error instanceof KeyReusedError])).toEqual([
       [busy!.id, 'retry', true],
       [reused!.id, 'reject', true],
     ]);

@@ -139,7 +139,7 @@ describe.skipIf(!available)('BullMQ: idempotentProcessor()', () => {
     const fn = async (job: Job<Data>) => job.data.n;
     expect(() => idempotentProcessor(fn, { store, retryDelayMs: -5 })).toThrow('Expected `retryDelayMs` to be a non-negative integer (ms) or a function returning one, got -5');
     expect(() => idempotentProcessor(fn, { store, key: 'id' as never })).toThrow('Expected `key` to be a function, got "id"');
-    expect(() => idempotentProcessor(fn, { store, wait: -1 })).toThrow('Expected `wait` to be a non-negative integer, got -1');
+    expect(() => idempotentProcessor(fn, { store, wait: -1 })).toThrow('Expected `waitMs` to be a non-negative integer, got -1');
     expectTypeOf(idempotentProcessor(fn, { store })).returns.resolves.toBeNumber();
   });
 

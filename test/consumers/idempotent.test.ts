@@ -13,11 +13,11 @@ import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
 import type { IdempotencyEvent } from '../../src/events.js';
 import {
-  IdempotencyConflictError,
+  RequestInProgressError,
   IdempotencyError,
   IdempotencyKeyError,
   ScopeRequiredError,
-  IdempotencyMismatchError,
+  KeyReusedError,
   ResponseNotReplayableError,
   ResultNotStorableError,
   StoreUnavailableError,
@@ -169,7 +169,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
     expect(calls).toHaveLength(2);
   });
 
-  it('C3: a different fingerprint throws IdempotencyMismatchError (key-reused), while processing and after completion; the record is untouched', async () => {
+  it('C3: a different fingerprint throws KeyReusedError (key-reused), while processing and after completion; the record is untouched', async () => {
     const gate = deferred();
     const events: IdempotencyEvent[] = [];
     const { fn, calls } = counted(async (msg: { id: string; body: Buffer }) => {
@@ -192,8 +192,8 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
     const after = await settle(handle({ id, body: Buffer.from('pay 99') }));
     for (const outcome of [during, after]) {
       expect(outcome.ok).toBe(false);
-      const error = (outcome as { error: IdempotencyMismatchError }).error;
-      expect(error).toBeInstanceOf(IdempotencyMismatchError);
+      const error = (outcome as { error: KeyReusedError }).error;
+      expect(error).toBeInstanceOf(KeyReusedError);
       expect(error).toMatchObject({ code: 'key-reused', retryable: false, status: 422 });
     }
     // Same bytes, a new Buffer: the same fingerprint, so a replay.
@@ -202,7 +202,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
     expect(events.filter((e) => e.type === 'mismatch')).toHaveLength(2);
   });
 
-  it('C3/H8: in flight elsewhere with wait 0 -> IdempotencyConflictError at once (retryable, request-in-progress)', async () => {
+  it('C3/H8: in flight elsewhere with wait 0 -> RequestInProgressError at once (retryable, request-in-progress)', async () => {
     const gate = deferred();
     const { fn, calls } = counted(async () => {
       await gate.promise;
@@ -215,7 +215,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
     const started = Date.now();
     const error = await handle().catch((e: unknown) => e);
     expect(Date.now() - started).toBeLessThan(1000);
-    expect(error).toBeInstanceOf(IdempotencyConflictError);
+    expect(error).toBeInstanceOf(RequestInProgressError);
     expect(error).toMatchObject({ code: 'request-in-progress', retryable: true, status: 409, retryAfterSeconds: 1 });
     expect(isIdempotencyError(error)).toBe(true);
     gate.resolve();
@@ -236,7 +236,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
     const started = Date.now();
     const error = await idempotent(fn, { store, key: () => k, wait: 300 })().catch((e: unknown) => e);
     const waited = Date.now() - started;
-    expect(error).toBeInstanceOf(IdempotencyConflictError);
+    expect(error).toBeInstanceOf(RequestInProgressError);
     expect(waited).toBeGreaterThanOrEqual(250);
     expect(waited).toBeLessThan(2000);
     gate.resolve();
@@ -318,7 +318,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
       await sleep((4 * LEASE_MS) / 12);
       conflicts.push(await impatient().catch((e: unknown) => e));
     }
-    expect(conflicts.every((e) => e instanceof IdempotencyConflictError)).toBe(true);
+    expect(conflicts.every((e) => e instanceof RequestInProgressError)).toBe(true);
     expect(await first).toBe('long job');
     expect(await impatient()).toBe('long job');
     expect(calls).toHaveLength(1);
@@ -495,8 +495,8 @@ describe('idempotent() options, keys and types', () => {
     expect(make({ store, key: () => 'k', scope: 'tenant' })).toThrow('Expected `scope` to be a function, got "tenant"');
     expect(make({ store, key: () => 'k', fingerprint: true })).toThrow('Expected `fingerprint` to be a function, got true');
     expect(make({ store, key: () => 'k', leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive integer, got -1');
-    expect(make({ store, key: () => 'k', wait: 1.5 })).toThrow('Expected `wait` to be a non-negative integer, got 1.5');
-    expect(make({ store, key: () => 'k', ttl: 0 })).toThrow('Expected `ttl` to be a positive integer, got 0');
+    expect(make({ store, key: () => 'k', wait: 1.5 })).toThrow('Expected `waitMs` to be a non-negative integer, got 1.5');
+    expect(make({ store, key: () => 'k', ttl: 0 })).toThrow('Expected `ttlMs` to be a positive integer, got 0');
     expect(make({ store, key: () => 'k', onStoreError: 'ignore' })).toThrow(/Expected `onStoreError` to be one of/);
     expect(make({ store, key: () => 'k', onEvent: 1 })).toThrow('Expected `onEvent` to be a function, got 1');
   });
@@ -619,26 +619,26 @@ describe('C4: errors across copies of the package', () => {
 
   it('C4: an error from a second module instance passes isIdempotencyError, though instanceof fails', () => {
     const copy = load();
-    const error = new (copy.IdempotencyConflictError as unknown as typeof IdempotencyConflictError)(2);
+    const error = new (copy.RequestInProgressError as unknown as typeof RequestInProgressError)(2);
     expect(error).not.toBeInstanceOf(IdempotencyError);
     expect(isIdempotencyError(error)).toBe(true);
     expect(error).toMatchObject({ code: 'request-in-progress', retryable: true, retryAfterSeconds: 2 });
     // and the other way round: the copy's guard recognises ours
     const copyGuard = copy.isIdempotencyError as unknown as typeof isIdempotencyError;
-    expect(copyGuard(new IdempotencyMismatchError())).toBe(true);
+    expect(copyGuard(new KeyReusedError())).toBe(true);
   });
 
   it('C4: an error created in another realm (vm context) passes the brand check', () => {
     const context = vm.createContext({});
     const copy = load(context);
-    const error = new (copy.IdempotencyMismatchError as unknown as typeof IdempotencyMismatchError)();
+    const error = new (copy.KeyReusedError as unknown as typeof KeyReusedError)();
     expect(error instanceof Error).toBe(false); // another realm's Error
     expect(isIdempotencyError(error)).toBe(true);
     expect(error.code).toBe('key-reused');
   });
 
   it('C4: look-alikes without the brand are not idempotency errors', () => {
-    const fake = Object.assign(new Error('x'), { code: 'key-reused', name: 'IdempotencyMismatchError' });
+    const fake = Object.assign(new Error('x'), { code: 'key-reused', name: 'KeyReusedError' });
     for (const value of [fake, { code: 'request-in-progress' }, null, undefined, 'key-reused', 42]) {
       expect(isIdempotencyError(value)).toBe(false);
     }
@@ -648,8 +648,8 @@ describe('C4: errors across copies of the package', () => {
     const codes = [
       new IdempotencyKeyError(undefined, 'm'),
       new IdempotencyKeyError('too-long', 'm'),
-      new IdempotencyMismatchError(),
-      new IdempotencyConflictError(),
+      new KeyReusedError(),
+      new RequestInProgressError(),
       new ResponseNotReplayableError(),
       new StoreUnavailableError(new Error('down')),
       new ResultNotStorableError('m'),
@@ -657,8 +657,8 @@ describe('C4: errors across copies of the package', () => {
     expect(codes).toEqual([
       ['IdempotencyKeyError', 'key-missing', false],
       ['IdempotencyKeyError', 'key-invalid', false],
-      ['IdempotencyMismatchError', 'key-reused', false],
-      ['IdempotencyConflictError', 'request-in-progress', true],
+      ['KeyReusedError', 'key-reused', false],
+      ['RequestInProgressError', 'request-in-progress', true],
       ['ResponseNotReplayableError', 'response-not-replayable', false],
       ['StoreUnavailableError', 'store-unavailable', true],
       ['ResultNotStorableError', 'result-not-storable', false],

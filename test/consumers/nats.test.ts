@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
 import { jetStreamHandler, type JetStreamMessage, type JetStreamSettlement } from '../../consumers/nats.js';
 import { createStore } from '../../drivers/create-store.js';
 import { postgresStore } from '../../drivers/postgres.js';
-import { IdempotencyMismatchError } from '../../src/errors.js';
+import { KeyReusedError } from '../../src/errors.js';
 import { idempotentIn } from '../../src/idempotent.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
@@ -162,7 +162,7 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
     await publish(subject, { id: 'o-5', amount: 999 }, 'o-5');
     const mismatch = await handle(await next(consumer));
     expect(mismatch).toMatchObject({ action: 'term', outcome: 'reject' });
-    expect(mismatch.error).toBeInstanceOf(IdempotencyMismatchError);
+    expect(mismatch.error).toBeInstanceOf(KeyReusedError);
     await publish(subject, { id: 'o-6' }); // no Nats-Msg-Id
     const keyless = await handle(await next(consumer));
     expect(keyless).toMatchObject({ action: 'term', outcome: 'reject' });

@@ -201,7 +201,7 @@ describe.skipIf(!available)('RabbitMQ consumers over a shared store', () => {
       const finals = () => workers.flatMap((w) => w.lines.filter((l) => l.ev === 'settle' && l.how !== 'retry'));
       await until('400 final settlements', () => finals().length >= 2 * MESSAGES, 40_000);
 
-      // Same message id, different body: IdempotencyMismatchError, dead-lettered, no effect.
+      // Same message id, different body: KeyReusedError, dead-lettered, no effect.
       await publish(queue, ids[0]!, { n: 0, payload: 'a different order' });
       await channel.waitForConfirms();
       await until('the mismatch to be dead-lettered', () => finals().length >= 2 * MESSAGES + 1, 10_000);

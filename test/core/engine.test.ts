@@ -5,8 +5,8 @@ import type { IdempotencyEvent } from '../../src/events.js';
 import { storageKey } from '../../src/key.js';
 import { newToken } from '../../src/lease.js';
 import {
-  IdempotencyConflictError,
-  IdempotencyMismatchError,
+  RequestInProgressError,
+  KeyReusedError,
   ResponseNotReplayableError,
   StoreUnavailableError,
 } from '../../src/errors.js';
@@ -58,9 +58,9 @@ describe('engine', () => {
   it('H14: a different fingerprint is a mismatch, while processing and after completion, and changes nothing', async () => {
     const { engine, store } = setup();
     const first = await engine.acquire('k', undefined, 'fp');
-    await expect(engine.acquire('k', undefined, 'other')).rejects.toBeInstanceOf(IdempotencyMismatchError);
+    await expect(engine.acquire('k', undefined, 'other')).rejects.toBeInstanceOf(KeyReusedError);
     if (first.type === 'execute') await first.lease.complete(response());
-    await expect(engine.acquire('k', undefined, 'other')).rejects.toBeInstanceOf(IdempotencyMismatchError);
+    await expect(engine.acquire('k', undefined, 'other')).rejects.toBeInstanceOf(KeyReusedError);
     expect((await store.get(storageKey(undefined, 'k')))?.fingerprint).toBe('fp');
   });
 
@@ -69,9 +69,9 @@ describe('engine', () => {
     const first = await engine.acquire('k', undefined, 'fp');
     const before = await store.get(storageKey(undefined, 'k'));
     const error = await engine.acquire('k', undefined, 'fp').catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(IdempotencyConflictError);
-    expect((error as IdempotencyConflictError).retryAfterSeconds).toBe(1);
-    expect((error as IdempotencyConflictError).retryable).toBe(true);
+    expect(error).toBeInstanceOf(RequestInProgressError);
+    expect((error as RequestInProgressError).retryAfterSeconds).toBe(1);
+    expect((error as RequestInProgressError).retryable).toBe(true);
     expect(await store.get(storageKey(undefined, 'k'))).toEqual(before);
     expect(types()).toEqual(['claimed', 'conflict']);
     if (first.type === 'execute') await first.lease.release();
@@ -93,7 +93,7 @@ describe('engine', () => {
     await engine.acquire('k', undefined, 'fp');
     const duplicate = engine.acquire('k', undefined, 'fp').catch((e: unknown) => e);
     await vi.advanceTimersByTimeAsync(1300);
-    expect(await duplicate).toBeInstanceOf(IdempotencyConflictError);
+    expect(await duplicate).toBeInstanceOf(RequestInProgressError);
   });
 
   it('H8/H10: when the first is released, the waiting duplicate claims and executes', async () => {
@@ -139,7 +139,7 @@ describe('engine', () => {
     const { engine } = setup({ leaseMs: 3000, wait: 0 });
     const first = await engine.acquire('k', undefined, 'fp');
     await vi.advanceTimersByTimeAsync(10_000); // more than three leases
-    await expect(engine.acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(IdempotencyConflictError);
+    await expect(engine.acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(RequestInProgressError);
     if (first.type === 'execute') expect(await first.lease.complete(response())).toBe(true);
   });
 
@@ -150,7 +150,7 @@ describe('engine', () => {
     // Simulate the crash: the owner's renewal stops (its process is gone).
     vi.clearAllTimers();
     const { engine } = setup({ store, wait: 0 });
-    await expect(engine.acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(IdempotencyConflictError);
+    await expect(engine.acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(RequestInProgressError);
     await vi.advanceTimersByTimeAsync(3001);
     expect((await engine.acquire('k', undefined, 'fp')).type).toBe('execute');
   });
@@ -313,8 +313,8 @@ describe('engine', () => {
   it('options: bad values throw precise TypeErrors at creation', () => {
     const store = memoryStore({ sweepIntervalMs: 0 });
     expect(() => new Engine({ store, leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive integer, got -1');
-    expect(() => new Engine({ store, wait: 1.5 })).toThrow('Expected `wait` to be a non-negative integer, got 1.5');
-    expect(() => new Engine({ store, ttl: 0 })).toThrow('Expected `ttl` to be a positive integer, got 0');
+    expect(() => new Engine({ store, wait: 1.5 })).toThrow('Expected `waitMs` to be a non-negative integer, got 1.5');
+    expect(() => new Engine({ store, ttl: 0 })).toThrow('Expected `ttlMs` to be a positive integer, got 0');
     expect(() => new Engine({ store, storeTimeoutMs: Number.NaN })).toThrow(TypeError);
     expect(() => new Engine({ store, onStoreError: 'ignore' as never })).toThrow("Expected `onStoreError` to be one of 'fail', 'continue', got \"ignore\"");
     expect(() => new Engine({ store, onEvent: 'x' as never })).toThrow('Expected `onEvent` to be a function');

@@ -1,16 +1,16 @@
 import { readFileSync } from 'node:fs';
 import { runInNewContext } from 'node:vm';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import * as errors from '../../src/errors.js';
 import { WebhookSignatureError } from '../../consumers/webhooks.js';
 
 describe('errors (C4)', () => {
   it('C4: every error has a stable code, a status and a name of its own', () => {
     const cases: [errors.IdempotencyError, string, number][] = [
-      [new errors.IdempotencyKeyError(undefined, 'm'), 'key-missing', 400],
-      [new errors.IdempotencyKeyError('empty', 'm'), 'key-invalid', 400],
-      [new errors.IdempotencyMismatchError(), 'key-reused', 422],
-      [new errors.IdempotencyConflictError(), 'request-in-progress', 409],
+      [new errors.KeyMissingError(), 'key-missing', 400],
+      [new errors.KeyInvalidError('empty', 'm'), 'key-invalid', 400],
+      [new errors.KeyReusedError(), 'key-reused', 422],
+      [new errors.RequestInProgressError(), 'request-in-progress', 409],
       [new errors.ResponseNotReplayableError(), 'response-not-replayable', 409],
       [new errors.StoreUnavailableError(new Error('x')), 'store-unavailable', 503],
       [new errors.BodyTooLargeError(1), 'body-too-large', 413],
@@ -20,6 +20,7 @@ describe('errors (C4)', () => {
       [new errors.TransactionConflictError(3, new Error('deadlock')), 'transaction-conflict', 409],
       [new errors.ScopeRequiredError('m'), 'scope-required', 500],
       [new WebhookSignatureError('m'), 'webhook-signature-invalid', 400],
+      [new errors.MemoryStoreInProductionError('m'), 'memory-store-in-production', 500],
     ];
     // Every code of IdempotencyErrorCode has its case here: the list is read from the source.
     const source = readFileSync(new URL('../../src/errors.ts', import.meta.url), 'utf8');
@@ -34,6 +35,29 @@ describe('errors (C4)', () => {
       expect(error).toBeInstanceOf(Error);
       expect(error.name).toBe(error.constructor.name);
       expect(errors.isIdempotencyError(error)).toBe(true);
+      // Named for its code: key-reused is KeyReusedError, webhook-signature-invalid WebhookSignatureError.
+      const pascal = code.replace(/(^|-)([a-z])/g, (_, __, c: string) => c.toUpperCase());
+      expect(error.name).toBe(`${pascal === 'WebhookSignatureInvalid' ? 'WebhookSignature' : pascal}Error`);
+    }
+  });
+
+  it('the old class names still work for a release: same instances, one deprecation warning each', async () => {
+    const root = await import('../../src/index.js');
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    try {
+      const reused = new errors.KeyReusedError();
+      expect(reused).toBeInstanceOf(root.IdempotencyMismatchError);
+      expect(new errors.RequestInProgressError()).toBeInstanceOf(root.IdempotencyConflictError);
+      const made = new root.IdempotencyMismatchError();
+      expect(made).toBeInstanceOf(errors.KeyReusedError);
+      expect(made.code).toBe('key-reused');
+      expect(new root.IdempotencyConflictError(3).retryAfterSeconds).toBe(3);
+      const messages = warn.mock.calls.map(([message]) => String(message));
+      expect(messages.filter((m) => m.includes('IdempotencyMismatchError is deprecated') && m.includes('KeyReusedError'))).toHaveLength(1);
+      expect(messages.filter((m) => m.includes('IdempotencyConflictError is deprecated') && m.includes('RequestInProgressError'))).toHaveLength(1);
+      expect(warn.mock.calls.every(([, options]) => (options as { type?: string }).type === 'DeprecationWarning')).toBe(true);
+    } finally {
+      warn.mockRestore();
     }
   });
 
@@ -54,8 +78,8 @@ describe('errors (C4)', () => {
   });
 
   it('C3: conflict and store errors are retryable; mismatch is not', () => {
-    expect(new errors.IdempotencyConflictError().retryable).toBe(true);
+    expect(new errors.RequestInProgressError().retryable).toBe(true);
     expect(new errors.StoreUnavailableError('x').retryable).toBe(true);
-    expect(new errors.IdempotencyMismatchError().retryable).toBe(false);
+    expect(new errors.KeyReusedError().retryable).toBe(false);
   });
 });

@@ -8,7 +8,7 @@ import { memoryStore } from '../../drivers/memory.js';
 import { Engine } from '../../src/engine.js';
 import { storageKey } from '../../src/key.js';
 import { newToken } from '../../src/lease.js';
-import { IdempotencyMismatchError } from '../../src/errors.js';
+import { KeyReusedError } from '../../src/errors.js';
 import { requestFingerprint, type FingerprintInput } from '../../src/fingerprint.js';
 import { fingerprintRequestV1 } from '../../src/fingerprint-v1.js';
 import type { StoredResponse } from '../../src/store.js';
@@ -38,7 +38,7 @@ describe('fingerprint versions in the engine (H14)', () => {
 
   it('H14: a different request with that key is still 422, under either scheme', async () => {
     const { engine, key } = await withLegacyRecord('completed');
-    await expect(engine.acquire(key, undefined, requestFingerprint(other))).rejects.toBeInstanceOf(IdempotencyMismatchError);
+    await expect(engine.acquire(key, undefined, requestFingerprint(other))).rejects.toBeInstanceOf(KeyReusedError);
   });
 
   it('H8 H14: a record of the first scheme still processing (an old process mid-deploy) is waited for, then replayed', async () => {

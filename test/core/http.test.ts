@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
-import { IdempotencyConflictError, IdempotencyKeyError, StoreUnavailableError, BodyTooLargeError } from '../../src/errors.js';
+import { RequestInProgressError, IdempotencyKeyError, StoreUnavailableError, BodyTooLargeError } from '../../src/errors.js';
 import { createIdempotency, defaultStoreResponse, type HttpRequestInfo } from '../../src/http.js';
 import { problemResponse } from '../../src/problem.js';
 
@@ -86,7 +86,7 @@ describe('HTTP policy (src/http.ts)', () => {
   });
 
   it('H19/§5: problems are RFC 9457 with Cache-Control no-store, and Retry-After where retrying helps', () => {
-    const conflict = problemResponse(new IdempotencyConflictError(1));
+    const conflict = problemResponse(new RequestInProgressError(1));
     expect(conflict.status).toBe(409);
     expect(conflict.headers).toEqual({ 'content-type': 'application/problem+json', 'cache-control': 'no-store', 'retry-after': '1' });
     const body = JSON.parse(Buffer.from(conflict.body).toString());

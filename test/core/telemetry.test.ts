@@ -17,7 +17,7 @@ import {
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
-import { IdempotencyConflictError, IdempotencyMismatchError, StoreUnavailableError } from '../../src/errors.js';
+import { RequestInProgressError, KeyReusedError, StoreUnavailableError } from '../../src/errors.js';
 import { createIdempotency } from '../../src/http.js';
 import { idempotent } from '../../src/idempotent.js';
 import type { IdempotencyStore } from '../../src/store.js';
@@ -93,10 +93,10 @@ describe('telemetry: metrics and spans through the OpenTelemetry SDK', () => {
     );
     await handle('k1', 10); // execution
     await handle('k1', 10); // replay
-    await expect(handle('k1', 11)).rejects.toBeInstanceOf(IdempotencyMismatchError);
+    await expect(handle('k1', 11)).rejects.toBeInstanceOf(KeyReusedError);
     await expect(handle('k2', -1)).rejects.toThrow('refused'); // execution, then release
     const slow = handle('k3', 999); // execution, still running
-    await expect(handle('k3', 999)).rejects.toBeInstanceOf(IdempotencyConflictError); // conflict
+    await expect(handle('k3', 999)).rejects.toBeInstanceOf(RequestInProgressError); // conflict
     gate.resolve();
     await slow;
     expect(calls).toBe(3);
@@ -157,7 +157,7 @@ describe('telemetry: metrics and spans through the OpenTelemetry SDK', () => {
       telemetry: otel.telemetry,
     });
     void never();
-    await expect(never()).rejects.toBeInstanceOf(IdempotencyConflictError);
+    await expect(never()).rejects.toBeInstanceOf(RequestInProgressError);
 
     const waits = points(await otel.metrics(), 'idempotency.wait.duration');
     const completed = waits.find((p) => p.attributes['idempotency.wait.outcome'] === 'completed')!;
@@ -233,7 +233,7 @@ describe('telemetry: metrics and spans through the OpenTelemetry SDK', () => {
       });
       await handle({ card: bodyText });
       await handle({ card: bodyText });
-      await expect(handle({ card: 'other' })).rejects.toBeInstanceOf(IdempotencyMismatchError);
+      await expect(handle({ card: 'other' })).rejects.toBeInstanceOf(KeyReusedError);
     };
 
     const plain = (current = sdk());

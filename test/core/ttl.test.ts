@@ -125,9 +125,9 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
 
   it('a ttl that is neither a number nor a function is a precise TypeError', () => {
     expect(() => createIdempotency({ scope: 'shared', store: memoryStore(), ttl: '1h' as never })).toThrow(
-      'Expected `ttl` to be a positive integer (ms) or a function returning one, got "1h"',
+      'Expected `ttlMs` to be a positive integer (ms) or a function returning one, got "1h"',
     );
-    expect(() => createIdempotency({ scope: 'shared', store: memoryStore(), ttl: -1 })).toThrow('Expected `ttl` to be a positive integer, got -1');
+    expect(() => createIdempotency({ scope: 'shared', store: memoryStore(), ttl: -1 })).toThrow('Expected `ttlMs` to be a positive integer, got -1');
   });
 
   it('released responses (5xx, not stored) never call the ttl function', async () => {
@@ -194,7 +194,7 @@ describe('per-operation ttl: idempotent()', () => {
     const record = await store.get(storageKey(undefined, 'k', 'function'));
     expect(record?.state === 'completed' && record.expiresAt).toBe(time.now() + DAY);
     expect(() => idempotent(async () => 1, { store, key: () => 'k', ttl: {} as never })).toThrow(
-      'Expected `ttl` to be a positive integer (ms) or a function returning one, got an object',
+      'Expected `ttlMs` to be a positive integer (ms) or a function returning one, got an object',
     );
   });
 

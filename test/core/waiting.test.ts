@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { Engine } from '../../src/engine.js';
 import type { EngineOptions } from '../../src/options.js';
-import { IdempotencyConflictError, IdempotencyMismatchError } from '../../src/errors.js';
+import { RequestInProgressError, KeyReusedError } from '../../src/errors.js';
 import type { IdempotencyRecord, IdempotencyStore, SettleListener, StoredResponse } from '../../src/store.js';
 
 const response = (status = 201): StoredResponse => ({ status, headers: {}, body: new Uint8Array([7]) });
@@ -30,7 +30,7 @@ interface Counted {
 
 /** A real memory store over `map`, counting calls; with `bus`, it also has `subscribe`. */
 function counted(map: Map<string, IdempotencyRecord>, bus?: Set<SettleListener>, claimAnswerDelayMs = 0, sendRecords = false): Counted {
-  const inner = memoryStore({ map, sweepIntervalMs: 0, warnInProduction: false });
+  const inner = memoryStore({ map, sweepIntervalMs: 0 });
   const result: Counted = { store: undefined as unknown as IdempotencyStore, calls: {}, maxGetsInFlight: 0 };
   let getsInFlight = 0;
   const count = (op: string) => (result.calls[op] = (result.calls[op] ?? 0) + 1);
@@ -136,7 +136,7 @@ describe('waiting in the same process', () => {
     const s = counted(new Map());
     const e = engine(s.store);
     const first = await e.acquire('k', undefined, 'fp');
-    await expect(e.acquire('k', undefined, 'other')).rejects.toBeInstanceOf(IdempotencyMismatchError);
+    await expect(e.acquire('k', undefined, 'other')).rejects.toBeInstanceOf(KeyReusedError);
     expect(s.calls).toEqual({ claim: 1 });
     if (first.type === 'execute') await first.lease.complete(response());
   });
@@ -144,7 +144,7 @@ describe('waiting in the same process', () => {
   it('H8: `wait` still bounds a local wait (409), and `wait: 0` answers at once', async () => {
     const s = counted(new Map());
     const first = await engine(s.store).acquire('k', undefined, 'fp');
-    await expect(engine(s.store, { wait: 0 }).acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(IdempotencyConflictError);
+    await expect(engine(s.store, { wait: 0 }).acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(RequestInProgressError);
     const late = engine(s.store, { wait: 1000 }).acquire('k', undefined, 'fp').catch((e: unknown) => e);
     await vi.advanceTimersByTimeAsync(999);
     let settled = false;
@@ -152,7 +152,7 @@ describe('waiting in the same process', () => {
     await vi.advanceTimersByTimeAsync(0);
     expect(settled).toBe(false);
     await vi.advanceTimersByTimeAsync(2);
-    expect(await late).toBeInstanceOf(IdempotencyConflictError);
+    expect(await late).toBeInstanceOf(RequestInProgressError);
     expect(s.calls).toEqual({ claim: 1 });
     if (first.type === 'execute') await first.lease.complete(response());
   });

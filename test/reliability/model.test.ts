@@ -19,7 +19,7 @@ import { memoryStore } from '../../drivers/memory.js';
 import { Engine } from '../../src/engine.js';
 import { storageKey } from '../../src/key.js';
 import type { Lease } from '../../src/lease.js';
-import { IdempotencyConflictError, IdempotencyMismatchError, ResponseNotReplayableError } from '../../src/errors.js';
+import { RequestInProgressError, KeyReusedError, ResponseNotReplayableError } from '../../src/errors.js';
 import type { IdempotencyStore, StoredResponse } from '../../src/store.js';
 import { figure } from './fixtures/cluster.js';
 
@@ -92,8 +92,8 @@ async function realBegin(real: Real, actor: number, key: string, scope: Scope, f
     if (acquired.type === 'execute') return { outcome: 'execute' as const, lease: acquired.lease };
     return { outcome: 'replay' as const, response: acquired.record.response };
   } catch (error) {
-    if (error instanceof IdempotencyConflictError) return { outcome: 'conflict' as const };
-    if (error instanceof IdempotencyMismatchError) return { outcome: 'mismatch' as const };
+    if (error instanceof RequestInProgressError) return { outcome: 'conflict' as const };
+    if (error instanceof KeyReusedError) return { outcome: 'mismatch' as const };
     if (error instanceof ResponseNotReplayableError) return { outcome: 'not-replayable' as const };
     throw error;
   }

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { createStore } from '../../drivers/create-store.js';
+import { MemoryStoreInProductionError, isIdempotencyError } from '../../src/errors.js';
 import { storeMaintenanceSuite } from '../suites/store-maintenance.suite.js';
 import { idempotent } from '../../src/idempotent.js';
 import { storeSuite } from '../suites/store.suite.js';
@@ -173,30 +174,47 @@ describe('memory store specifics', () => {
     vi.stubEnv('NODE_ENV', 'production');
     try {
       for (const make of [() => memoryStore(), () => createStore('memory://'), () => createStore(new Map())]) {
-        expect(make).toThrow(/one process only.*restart or deploy forgets every key.*redis:\/\/.*postgres:\/\/.*allowInProduction: true/s);
+        expect(make).toThrow(/one process only.*restart or deploy forgets every key.*redis:\/\/.*postgres:\/\/.*inProduction: 'warn'/s);
+        // One error family: a typed error with a kebab-case code, like every other refusal.
+        let caught: unknown;
+        try {
+          make();
+        } catch (error) {
+          caught = error;
+        }
+        expect(caught).toBeInstanceOf(MemoryStoreInProductionError);
+        expect(isIdempotencyError(caught)).toBe(true);
+        expect((caught as MemoryStoreInProductionError).code).toBe('memory-store-in-production');
       }
-      expect(() => memoryStore({ allowInProduction: 'yes' as never })).toThrow('Expected `allowInProduction` to be a boolean, got yes');
+      expect(() => memoryStore({ inProduction: 'yes' as never })).toThrow("Expected `inProduction` to be 'refuse', 'warn' or 'allow', got \"yes\"");
+      expect(() => memoryStore({ allowInProduction: 'yes' as never })).toThrow('Expected `allowInProduction` to be a boolean, got "yes"');
+      expect(() => memoryStore({ inProduction: 'warn', allowInProduction: true })).toThrow(/alone/);
     } finally {
       vi.unstubAllEnvs();
     }
   });
 
-  it('S5: with allowInProduction it starts in production and still warns (unless warnInProduction: false)', async () => {
+  it("S5: with inProduction: 'warn' it starts in production and warns; 'allow' starts silently", async () => {
     vi.stubEnv('NODE_ENV', 'production');
     const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
     try {
-      const store = memoryStore({ allowInProduction: true });
+      const store = memoryStore({ inProduction: 'warn' });
       expect(warn).toHaveBeenCalledWith(expect.stringMatching(/one process only/), expect.anything());
       await store.close();
       warn.mockClear();
-      const quiet = memoryStore({ allowInProduction: true, warnInProduction: false });
+      const quiet = memoryStore({ inProduction: 'allow' });
       expect(warn).not.toHaveBeenCalled();
       await quiet.close();
+      // The deprecated pair still works, and says what replaces it.
+      const old = memoryStore({ allowInProduction: true, warnInProduction: false });
+      expect(warn).toHaveBeenCalledWith(expect.stringMatching(/allowInProduction.*deprecated.*inProduction/s), expect.objectContaining({ type: 'DeprecationWarning' }));
+      expect(warn).not.toHaveBeenCalledWith(expect.stringMatching(/one process only/), expect.anything());
+      await old.close();
       // Through createStore: the refusal is at creation, the option reaches the lazily loaded driver.
-      const viaUrl = createStore('memory://', { allowInProduction: true });
+      const viaUrl = createStore('memory://', { inProduction: 'warn' });
       expect(await viaUrl.claim('k', { token: 't', fingerprint: 'f', createdAt: Date.now() }, 1000)).toMatchObject({ claimed: true });
       await viaUrl.close();
-      const viaMap = createStore(new Map(), { allowInProduction: true });
+      const viaMap = createStore(new Map(), { inProduction: 'allow' });
       expect(await viaMap.get('k')).toBeUndefined();
       await viaMap.close();
     } finally {

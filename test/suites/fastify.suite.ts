@@ -83,7 +83,7 @@ export function fastifySuite({ extra }: FastifySuiteOptions = {}): void {
       const other = create();
       await other.register(idempotency, { store: memoryStore(), scope: 'shared' });
       expect(() => other.post('/x', { config: { idempotency: { wait: -5 } } }, async () => ({}))).toThrow(
-        'Expected `wait` to be a non-negative integer, got -5',
+        'Expected `waitMs` to be a non-negative integer, got -5',
       );
       expect(() => other.post('/y', { config: { idempotency: 'yes' as never } }, async () => ({}))).toThrow(TypeError);
     });

@@ -268,7 +268,7 @@ export function koaSuite(name: string, KoaClass: KoaClass, major: 2 | 3, { extra
     });
 
     it('bad options are a TypeError when the middleware is created', () => {
-      expect(() => idempotency({ store: memoryStore(), scope: 'shared', wait: 1.5 })).toThrow('Expected `wait` to be a non-negative integer, got 1.5');
+      expect(() => idempotency({ store: memoryStore(), scope: 'shared', wait: 1.5 })).toThrow('Expected `waitMs` to be a non-negative integer, got 1.5');
       expect(() => idempotency({ store: memoryStore(), scope: 'shared', methods: 'POST' as never })).toThrow(TypeError);
     });
 
