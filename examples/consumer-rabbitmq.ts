@@ -83,7 +83,7 @@ export function createOrderHandler({ store, db, table = 'shipments', onEvent }: 
       leaseMs: 30_000,
       // A redelivery that arrives while the first delivery is still running waits this
       // long for its result, then gets RequestInProgressError and is requeued.
-      wait: 1000,
+      waitMs: 1000,
       onEvent,
     },
   );

@@ -40,7 +40,10 @@ describe('package exports', () => {
     expect(esmKeys('.')).toEqual(
       [
         'BodyTooLargeError', 'Idempotency', 'RequestInProgressError', 'IdempotencyError', 'IdempotencyKeyError',
-        'KeyReusedError', 'RecordUnreadableError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
+        'KeyReusedError', 'KeyMissingError', 'KeyInvalidError', 'MemoryStoreInProductionError',
+        // Deprecated names, kept for one minor release (each warns once).
+        'IdempotencyMismatchError', 'IdempotencyConflictError',
+        'RecordUnreadableError', 'ResponseNotReplayableError', 'ResultNotStorableError', 'ScopeRequiredError',
         'StoreUnavailableError', 'createIdempotency', 'createStore', 'defaultStoreResponse', 'idempotent', 'idempotentBatch', 'isIdempotencyError',
         'inTransaction', 'LeaseLostError', 'TransactionConflictError', 'withLocalCache',
       ].sort(),
