@@ -4,7 +4,7 @@
  * error (mismatch, conflict after waiting, not replayable, store unavailable). A
  * duplicate of a request in flight waits as docs/semantics.md#how-a-duplicate-waits says:
  * on that request in memory when it runs in this process (its {@link Flight}), else on the
- * store's wake-ups or polls ({@link WaitHub}).
+ * store's wake-ups or polls ({@link StoreWaiters}).
  * @module
  */
 import { decide } from './decide.js';
@@ -15,7 +15,7 @@ import { scopePartition, storageKey, type KeySpace } from './key.js';
 import { Lease, newToken, type EngineServices } from './lease.js';
 import type { ClaimContext, CompletedRecord, IdempotencyRecord } from './store.js';
 import type { AcquireOutcome } from './telemetry.js';
-import { Flight, TIMED_OUT, waitHub, within, type FlightOutcome, type WaitHub } from './waiting.js';
+import { Flight, TIMED_OUT, storeWaiters, within, type FlightOutcome, type StoreWaiters } from './waiting.js';
 
 export type Acquired =
   | { type: 'execute'; lease: Lease }
@@ -71,39 +71,39 @@ class Acquisition {
 
   async run(): Promise<Acquired> {
     const { engine, scope, skey } = this;
-    const hub = waitHub(engine.options.store);
+    const waiters = storeWaiters(engine.options.store);
     // The flight this call leads: other requests of this process for the key follow it.
-    let mine: Flight | undefined;
+    let ledFlight: Flight | undefined;
     try {
       for (;;) {
-        const local = hub.flights.get(skey);
-        if (local && local !== mine) {
-          const outcome = await engine.telemetry.waiting(scope, () => this.#follow(local), (o) => o?.record, isConflict);
+        const followed = waiters.flights.get(skey);
+        if (followed && followed !== ledFlight) {
+          const outcome = await engine.telemetry.waiting(scope, () => this.#follow(followed), (o) => o?.record, isConflict);
           if (outcome) {
             const next = this.#decided(outcome.record);
             if (next === 'claim') continue;
             if (next !== 'wait') return next;
           }
         }
-        if (!mine && !hub.flights.has(skey)) mine = new Flight(hub.flights, skey, fingerprintValue(this.fingerprint));
-        const acquired = await this.#claim(hub, mine);
+        if (!ledFlight && !waiters.flights.has(skey)) ledFlight = new Flight(waiters.flights, skey, fingerprintValue(this.fingerprint));
+        const acquired = await this.#claim(waiters, ledFlight);
         if (acquired === 'claim') continue; // released or expired while we waited: claim again
-        if (acquired.type === 'execute') mine = undefined; // the lease now ends the flight
-        else mine?.end({ record: acquired.record });
+        if (acquired.type === 'execute') ledFlight = undefined; // the lease now ends the flight
+        else ledFlight?.end({ record: acquired.record });
         return acquired;
       }
     } catch (error) {
       // Mismatch and not-replayable ended it with the record already; anything else taught nothing.
-      mine?.end(undefined);
+      ledFlight?.end(undefined);
       throw error;
     }
   }
 
   /** One claim in the store, then (if it is held elsewhere) the wait for it to settle. */
-  async #claim(hub: WaitHub, flight: Flight | undefined): Promise<Acquired | 'claim'> {
+  async #claim(waiters: StoreWaiters, flight: Flight | undefined): Promise<Acquired | 'claim'> {
     const { engine, key, scope, skey, fingerprint } = this;
     const { store, leaseMs, now } = engine.options;
-    const mark = hub.mark();
+    const sequenceBeforeClaim = waiters.wakeSequence();
     const token = newToken();
     let result;
     try {
@@ -130,7 +130,7 @@ class Acquisition {
       flight?.inProgress(foundAt);
       this.deadline ??= foundAt + engine.options.waitMs;
       const deadline = this.deadline;
-      record = await engine.telemetry.waiting(scope, () => this.#waitInStore(hub, record, deadline, mark), (settled) => settled, isConflict);
+      record = await engine.telemetry.waiting(scope, () => this.#waitInStore(waiters, record, deadline, sequenceBeforeClaim), (settled) => settled, isConflict);
       next = this.#decided(record, flight);
       if (next === 'wait') throw new Error('unreachable: the wait returned a record still processing');
     }
@@ -201,7 +201,7 @@ class Acquisition {
       if (!owner && flight.fingerprint !== fingerprintValue(fingerprint)) return undefined;
       if (flight.inProgressSince === undefined) {
         // Its claim is on the way (bounded by storeTimeoutMs): its answer is ours too.
-        await flight.news;
+        await flight.firstProgress;
         continue;
       }
       this.deadline ??= Math.max(flight.inProgressSince, arrived) + waitMs;
@@ -221,18 +221,18 @@ class Acquisition {
   }
 
   /** Wait in the store until the record settles; 409 when the deadline passes. */
-  async #waitInStore(hub: WaitHub, record: IdempotencyRecord | undefined, deadline: number, mark: number): Promise<IdempotencyRecord | undefined> {
+  async #waitInStore(waiters: StoreWaiters, record: IdempotencyRecord | undefined, deadline: number, sequenceBeforeClaim: number): Promise<IdempotencyRecord | undefined> {
     const { engine, key, scope, skey } = this;
     const { store, now } = engine.options;
     if (deadline - now() <= 0) throw this.#conflict();
     let found;
     try {
-      found = await hub.waitForSettle({
+      found = await waiters.waitForSettle({
         key: skey,
         fingerprint: this.fingerprint,
         leaseUntil: record?.state === 'processing' ? record.leaseUntil : undefined,
         deadline,
-        mark,
+        sequenceBeforeClaim,
         now,
         read: () => engine.call('get', () => store.get(skey)),
       });

@@ -49,9 +49,9 @@ export class Flight {
   // The promises are made when a follower first asks for them: most flights (a request
   // with no duplicate in this process) end unfollowed, and then cost no promise at all.
   #done: Promise<FlightOutcome> | undefined;
-  #news: Promise<unknown> | undefined;
+  #firstProgress: Promise<unknown> | undefined;
   #resolve: ((outcome: FlightOutcome) => void) | undefined;
-  #heard: (() => void) | undefined;
+  #resolveFirstProgress: (() => void) | undefined;
   #outcome: FlightOutcome;
   #ended = false;
 
@@ -67,9 +67,9 @@ export class Flight {
     return this.#ended;
   }
 
-  /** Whether a request follows this flight (asked for `done` or `news`). */
+  /** Whether a request follows this flight (asked for `done` or `firstProgress`). */
   get followed(): boolean {
-    return this.#done !== undefined || this.#news !== undefined;
+    return this.#done !== undefined || this.#firstProgress !== undefined;
   }
 
   /** What it learned, once ended. */
@@ -84,22 +84,22 @@ export class Flight {
     return this.#done;
   }
 
-  /** Settles at the first news: in progress, or ended. */
-  get news(): Promise<unknown> {
-    if (this.#news === undefined) {
-      this.#news =
+  /** Settles at the first progress: the key is in progress, or the flight ended. */
+  get firstProgress(): Promise<unknown> {
+    if (this.#firstProgress === undefined) {
+      this.#firstProgress =
         this.#ended || this.inProgressSince !== undefined
           ? Promise.resolve()
           : new Promise<void>((resolve) => {
-              this.#heard = resolve;
+              this.#resolveFirstProgress = resolve;
             });
     }
-    return this.#news;
+    return this.#firstProgress;
   }
 
   inProgress(since: number): void {
     this.inProgressSince ??= since;
-    this.#heard?.();
+    this.#resolveFirstProgress?.();
   }
 
   /**
@@ -113,7 +113,7 @@ export class Flight {
     if (typeof outcome === 'function') outcome = this.followed ? outcome() : undefined;
     this.#outcome = outcome;
     this.#resolve?.(outcome);
-    this.#heard?.();
+    this.#resolveFirstProgress?.();
   }
 }
 
@@ -132,21 +132,21 @@ export interface SettleWait {
   /** The lease end of the record last seen: a crashed owner's key frees then, with no message. */
   leaseUntil: number | undefined;
   deadline: number;
-  /** {@link WaitHub.mark} taken before the claim that found the record processing. */
-  mark: number;
+  /** {@link StoreWaiters.wakeSequence} taken before the claim that found the record processing. */
+  sequenceBeforeClaim: number;
   now: () => number;
   /** One read of the record (time-bounded by the caller). */
   read: () => Promise<IdempotencyRecord | undefined>;
 }
 
 /** Per-store waiting state: local flights, wake-up subscription, waiters' read limiter. */
-export class WaitHub {
+export class StoreWaiters {
   readonly flights = new Map<string, Flight>();
   readonly #store: IdempotencyStore;
   readonly #watchers = new Map<string, Set<(record?: IdempotencyRecord | null) => void>>();
   #subscribed = false;
   #live = false;
-  /** Counts wake-ups and (re)connections: the order of events, for marks. */
+  /** Counts wake-ups and (re)connections: the order of events, for `wakeSequence()`. */
   #seq = 0;
   /** `#seq` when the wake-ups last came up. */
   #liveSince = 0;
@@ -168,15 +168,15 @@ export class WaitHub {
    * Taken before a claim: at wait time it tells whether a wake-up for the key may have
    * come and gone in between (the record's settle raced the claim's answer).
    */
-  mark(): number {
+  wakeSequence(): number {
     return this.#live ? this.#seq : -1;
   }
 
-  /** Whether a wake-up for `key` may have been missed since `mark`. */
-  #missed(key: string, mark: number): boolean {
+  /** Whether a wake-up for `key` may have been missed since `sequenceBeforeClaim`. */
+  #missed(key: string, sequenceBeforeClaim: number): boolean {
     if (!this.#live) return false; // polling anyway
-    if (mark < 0 || this.#liveSince > mark) return true;
-    return (this.#recent.get(key) ?? -1) > mark;
+    if (sequenceBeforeClaim < 0 || this.#liveSince > sequenceBeforeClaim) return true;
+    return (this.#recent.get(key) ?? -1) > sequenceBeforeClaim;
   }
 
   #subscribe(): void {
@@ -257,7 +257,7 @@ export class WaitHub {
     wakes.add(wake);
     try {
       // Between the claim and now, wake-ups came up (or back), or this key's came already.
-      woken = this.#missed(w.key, w.mark);
+      woken = this.#missed(w.key, w.sequenceBeforeClaim);
       let pollMs = POLL_MIN_MS;
       let safetyMs = SAFETY_POLL_MS;
       let leaseUntil = w.leaseUntil;
@@ -302,11 +302,11 @@ export class WaitHub {
   }
 }
 
-const hubs = new WeakMap<IdempotencyStore, WaitHub>();
+const waitersByStore = new WeakMap<IdempotencyStore, StoreWaiters>();
 
 /** The waiting state shared by every engine on `store`. */
-export function waitHub(store: IdempotencyStore): WaitHub {
-  let hub = hubs.get(store);
-  if (!hub) hubs.set(store, (hub = new WaitHub(store)));
-  return hub;
+export function storeWaiters(store: IdempotencyStore): StoreWaiters {
+  let waiters = waitersByStore.get(store);
+  if (!waiters) waitersByStore.set(store, (waiters = new StoreWaiters(store)));
+  return waiters;
 }
