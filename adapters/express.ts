@@ -94,7 +94,7 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
             // An upload parsed before us (multer): its fields and its files, hashed.
             if (isMultipart(req.headers['content-type'])) {
               const { file, files } = req as UploadedRequest;
-              return uploadBody(req.body, [file, files], req.body, multerSource);
+              return uploadBody(req.body, [file, files], multerSource);
             }
             return parsedBody(req.body, (req as { rawBody?: unknown }).rawBody, req.headers['content-type']);
           }

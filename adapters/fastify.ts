@@ -248,12 +248,12 @@ async function plugin(fastify: FastifyInstance, options: FastifyIdempotencyOptio
             // read it here, bounded, and leave it readable for the handler.
             return readBody(request.raw, routed.maxBodyBytes).then((raw) => {
               restoreBody(request.raw, raw);
-              return new RawBody(raw.chunks, raw.byteLength, { legacy: request.body });
+              return new RawBody(raw.chunks, raw.byteLength);
             });
           }
           // Attached to the body in preValidation (attachFieldsToBody): its fields and files.
           const { fields, files } = attachedUpload(request.body);
-          return uploadBody(fields, files, request.body, uploadSource);
+          return uploadBody(fields, files, uploadSource);
         }
         const { chunks } = state;
         // The parser's value, with the bytes it was parsed from (a body the parser did not

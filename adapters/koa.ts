@@ -148,7 +148,7 @@ export function idempotency(options: KoaIdempotencyOptions | Idempotency<Context
           if (isMultipart(contentType)) {
             // @koa/multer also sets ctx.file / ctx.files; koa-body (formidable) ctx.request.files.
             const { file, files } = ctx as unknown as { file?: unknown; files?: unknown };
-            return uploadBody(request.body, [request.file ?? file, request.files ?? files], parsed, uploadSource);
+            return uploadBody(request.body, [request.file ?? file, request.files ?? files], uploadSource);
           }
           // JSON the parser parsed from that text: its value counts (checked to be plain
           // JSON data), so the text is not parsed a second time.

@@ -19,22 +19,20 @@
  * Every part of the digest input has its own tag, and the tag and the framing come before
  * the body, so that no body of one kind can spell the digest input of another.
  *
- * A record stores the fingerprint made under the scheme of the release that wrote it. A
- * stored fingerprint without a version prefix was made by the first scheme
- * (./fingerprint-v1.ts); an incoming request is compared with it under that scheme, so a
- * retry that spans an upgrade replays instead of being refused as a different request.
+ * A record stores the fingerprint with its scheme's version prefix, so that a later scheme
+ * can still tell (and compare under) the one a record was made with. The first scheme
+ * (unprefixed) is gone: its records were stored under keys no release since 0.2 looks up.
  * @module
  */
 import { createHash } from 'node:crypto';
 import { anyValueHash, canonicalJsonExact, canonicalJsonOf, hashValue, jsonNumbersExact, parseJsonExact, sha256 } from './canonical-json.js';
 import { FieldSelection } from './fingerprint-fields.js';
-import { fingerprintRequestV1 } from './fingerprint-v1.js';
 import { formPairs, multipartBoundary, MultipartScanner, sortPairs, strictUtf8, type FormPair, type MultipartPart } from './form-body.js';
-import { isParsedJsonBody, isRawBody, isUploadBody, mediaType, NO_LEGACY, type ParsedJsonBody, type UploadedFile } from './request-body.js';
+import { isParsedJsonBody, isRawBody, isUploadBody, mediaType, type ParsedJsonBody, type UploadedFile } from './request-body.js';
 
 export { canonicalJson, hashValue, sha256 } from './canonical-json.js';
 export { FieldSelection, type FingerprintFields } from './fingerprint-fields.js';
-export { isJsonType, NO_LEGACY, ParsedJsonBody, RawBody, UploadBody, type UploadedFile } from './request-body.js';
+export { isJsonType, ParsedJsonBody, RawBody, UploadBody, type UploadedFile } from './request-body.js';
 
 /** The version of the scheme new records are fingerprinted with. */
 export const FINGERPRINT_VERSION = 2;
@@ -77,18 +75,6 @@ export const fingerprintValue = (fingerprint: Fingerprint): string => (typeof fi
 /** Whether a stored fingerprint is the incoming request's, under the scheme that made it. */
 export function sameFingerprint(stored: string, fingerprint: Fingerprint): boolean {
   return typeof fingerprint === 'string' ? stored === fingerprint : fingerprint.matches(stored);
-}
-
-/**
- * The scheme a stored HTTP fingerprint was made with: 1 for the unprefixed first scheme,
- * the version for a `v<N>:` one, `undefined` for anything else (an `idempotent()` record's
- * `fn:` fingerprint).
- */
-export function fingerprintScheme(stored: string): number | undefined {
-  const colon = stored.indexOf(':');
-  if (colon === -1) return 1;
-  const match = /^v(\d+)$/.exec(stored.slice(0, colon));
-  return match ? Number(match[1]) : undefined;
 }
 
 /** A body's contribution: a tag naming its kind, and a text or the bytes to hash. */
@@ -264,45 +250,16 @@ export function fingerprintRequest(input: FingerprintInput): string {
   return PREFIX + hash.digest('base64url');
 }
 
-/** What the first scheme's adapters handed over for this body. */
-function legacyBody(body: unknown): unknown {
-  if (typeof body !== 'object' || body === null) return body;
-  if (isRawBody(body)) return body.hasLegacy ? body.legacy : body.bytes();
-  if (isUploadBody(body)) return body.legacy;
-  return body;
-}
-
-/**
- * The request's fingerprint under the current scheme, comparable with records made under
- * the first scheme too (computed only when such a record is found).
- */
+/** The request's fingerprint under the current scheme. */
 export function requestFingerprint(input: FingerprintInput): RequestFingerprint {
-  return new CurrentFingerprint(fingerprintRequest(input), input);
+  return new CurrentFingerprint(fingerprintRequest(input));
 }
 
-/** A request's fingerprint: one object, the first scheme's value computed only when a record of it is found. */
+/** A request's fingerprint under the current scheme: a stored one matches when it is the same value. */
 class CurrentFingerprint implements RequestFingerprint {
-  #legacy: string | null | undefined;
-
-  constructor(
-    readonly value: string,
-    private readonly input: FingerprintInput,
-  ) {}
+  constructor(readonly value: string) {}
 
   matches(stored: string): boolean {
-    return stored === this.value || (fingerprintScheme(stored) === 1 && stored === this.#legacyValue());
-  }
-
-  #legacyValue(): string | null {
-    if (this.#legacy !== undefined) return this.#legacy;
-    const body = legacyBody(this.input.body);
-    if (body === NO_LEGACY) return (this.#legacy = null);
-    try {
-      this.#legacy = fingerprintRequestV1({ ...this.input, body });
-    } catch {
-      // A body the first scheme could not hash (it threw there too): no record of it exists.
-      this.#legacy = null;
-    }
-    return this.#legacy;
+    return stored === this.value;
   }
 }

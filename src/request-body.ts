@@ -52,13 +52,6 @@ export function isParsedJsonBody(body: object): body is ParsedJsonBody {
   return (body as { [PARSED_JSON]?: unknown })[PARSED_JSON] === true;
 }
 
-/**
- * What the release before the versioned fingerprint was given for a body, where that is
- * not the body itself (see {@link RawBody.legacy}). `NO_LEGACY`: no record of that release
- * can be this request (it would have fingerprinted bytes it made up, a new boundary).
- */
-export const NO_LEGACY: unique symbol = Symbol.for('idempotency-kit.no-legacy-body') as never;
-
 const RAW_BODY: unique symbol = Symbol.for('idempotency-kit.raw-body') as never;
 
 /**
@@ -69,18 +62,12 @@ export class RawBody {
   readonly [RAW_BODY] = true;
   #whole: Uint8Array | undefined;
   #chunks: readonly Uint8Array[];
-  /** Set when the release before the versioned fingerprint saw this body as something else (a Fastify upload it never read). */
-  readonly legacy: unknown;
-  readonly hasLegacy: boolean;
 
   constructor(
     chunks: readonly Uint8Array[],
     readonly byteLength: number,
-    options?: { legacy: unknown },
   ) {
     this.#chunks = chunks;
-    this.hasLegacy = options !== undefined;
-    this.legacy = options?.legacy;
     if (chunks.length === 1) this.#whole = chunks[0];
   }
 
@@ -133,8 +120,6 @@ export class UploadBody {
     /** The text fields: as the middleware parsed them (an object), or as ordered pairs (`URLSearchParams`). */
     readonly fields: unknown,
     readonly files: readonly UploadedFile[],
-    /** What the release before the versioned fingerprint fingerprinted for this request. */
-    readonly legacy: unknown,
   ) {}
 }
 

@@ -90,10 +90,9 @@ async function hashed(file: FileLike, field: string | undefined, source: UploadS
 
 /**
  * The fingerprint's view of a multipart body an upload middleware parsed: `fields` as it
- * left them, and every file of `files` (one or many, any shape), hashed. `legacy` is what
- * the release before the versioned fingerprint fingerprinted for this request.
+ * left them, and every file of `files` (one or many, any shape), hashed.
  */
-export async function uploadBody(fields: unknown, files: unknown, legacy: unknown, source: UploadSource): Promise<UploadBody> {
+export async function uploadBody(fields: unknown, files: unknown, source: UploadSource): Promise<UploadBody> {
   const list = listFiles(files);
   if ((fields === undefined || fields === null) && list.length === 0) {
     throw new TypeError(
@@ -101,7 +100,7 @@ export async function uploadBody(fields: unknown, files: unknown, legacy: unknow
         `where the layer looks (${source.where}), so the request cannot be fingerprinted. ${source.fix}.`,
     );
   }
-  return new UploadBody(fields, await Promise.all(list.map(({ file, field }) => hashed(file, field, source))), legacy);
+  return new UploadBody(fields, await Promise.all(list.map(({ file, field }) => hashed(file, field, source))));
 }
 
 /** Hash a file's bytes, as `uploadBody` does (for adapters that find files of their own shape). */

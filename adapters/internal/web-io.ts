@@ -9,7 +9,7 @@
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { BodyTooLargeError } from '../../src/errors.js';
-import { NO_LEGACY, RawBody, UploadBody, type UploadedFile } from '../../src/fingerprint.js';
+import { RawBody, UploadBody, type UploadedFile } from '../../src/fingerprint.js';
 import type { CapturedResponse, HttpClaim, HttpRequestInfo, Idempotency } from '../../src/http.js';
 import type { HttpResponse } from '../../src/problem.js';
 import { BodyRecorder } from './body-recorder.js';
@@ -68,7 +68,7 @@ export async function formDataUpload(formData: FormData): Promise<UploadBody> {
     for await (const chunk of value.stream() as unknown as AsyncIterable<Uint8Array>) hash.update(chunk);
     files.push({ name, filename: value.name, type: value.type === '' ? null : value.type, sha256: hash.digest('base64url') });
   }
-  return new UploadBody(fields, files, NO_LEGACY);
+  return new UploadBody(fields, files);
 }
 
 /** Bodies up to this size are read whole by the runtime's `arrayBuffer()`; larger ones in their chunks. */
