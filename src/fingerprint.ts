@@ -21,7 +21,7 @@
  *
  * A record stores the fingerprint with its scheme's version prefix, so that a later scheme
  * can still tell (and compare under) the one a record was made with. The first scheme
- * (unprefixed) is gone: its records were stored under keys no release since 0.2 looks up.
+ * (unprefixed) is gone: its records were stored under keys no release after 0.1.0 looks up.
  * @module
  */
 import { createHash } from 'node:crypto';
