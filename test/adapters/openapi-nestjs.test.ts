@@ -14,7 +14,7 @@ import { ApiParam, DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Test } from '@nestjs/testing';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Idempotent, IdempotencyModule, SkipIdempotency } from '../../adapters/nestjs.js';
-import { documentHandlers } from '../../adapters/internal/nest-swagger.js';
+import { documentHandlers } from '../../adapters/nestjs/nest-swagger.js';
 import { memoryStore } from '../../drivers/memory.js';
 import type { OpenApiDocument } from '../../src/openapi.js';
 import { addedParts, clientTypesErrors, expectValidDocument } from '../helpers/openapi.js';

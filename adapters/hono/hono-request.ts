@@ -5,7 +5,7 @@
  * @module
  */
 import type { HonoRequest } from 'hono';
-import { withBody } from './web-io.js';
+import { withBody } from '../internal/web-io.js';
 
 /** What the middleware read, and the `c.req.raw` handed out once something asked for it. */
 interface Lent {

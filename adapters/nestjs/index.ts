@@ -50,16 +50,16 @@ import {
 } from '@nestjs/common';
 import { ModulesContainer, Reflector } from '@nestjs/core';
 import { Observable, defer, lastValueFrom, type Subscriber, type Subscription } from 'rxjs';
-import type { IdempotencyError } from '../src/errors.js';
-import type { RawBody } from '../src/fingerprint.js';
-import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type HttpDecision, type IdempotencyOptions } from '../src/http.js';
-import type { HttpResponse } from '../src/problem.js';
-import type { IdempotencyStore } from '../src/store.js';
-import { declareReprototyped, ObjectSlot } from '../src/object-slot.js';
-import { forgetRequestTransaction } from '../src/transaction.js';
-import { setRejectionHeaders } from './internal/nest-http.js';
-import { documentHandlers } from './internal/nest-swagger.js';
-import { transactionDecorator } from './internal/nest-transaction.js';
+import type { IdempotencyError } from '../../src/errors.js';
+import type { RawBody } from '../../src/fingerprint.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type HttpDecision, type IdempotencyOptions } from '../../src/http.js';
+import type { HttpResponse } from '../../src/problem.js';
+import type { IdempotencyStore } from '../../src/store.js';
+import { declareReprototyped, ObjectSlot } from '../../src/object-slot.js';
+import { forgetRequestTransaction } from '../../src/transaction.js';
+import { setRejectionHeaders } from './nest-http.js';
+import { documentHandlers } from './nest-swagger.js';
+import { transactionDecorator } from './nest-transaction.js';
 import {
   abandonOnClose,
   assertDeclaredLength,
@@ -70,13 +70,13 @@ import {
   restoreBody,
   sendResponse,
   setRequestBody,
-} from './internal/node-io.js';
-import { captureExpressResponse } from './internal/express-response.js';
-import { NestRpc, checkRpcOptions, type IdempotentRpcOptions } from './internal/nest-rpc.js';
-import { checkGraphqlOptions, checkResolverLayer, graphqlExtensions, resolverCovered, runResolver, type GraphqlIdempotencyOptions } from './internal/nest-graphql.js';
+} from '../internal/node-io.js';
+import { captureExpressResponse } from '../internal/express-response.js';
+import { NestRpc, checkRpcOptions, type IdempotentRpcOptions } from './nest-rpc.js';
+import { checkGraphqlOptions, checkResolverLayer, graphqlExtensions, resolverCovered, runResolver, type GraphqlIdempotencyOptions } from './nest-graphql.js';
 
-export type { IdempotentRpcOptions, RpcContext, RpcRefusal } from './internal/nest-rpc.js';
-export type { GraphqlContext, GraphqlIdempotencyOptions, ResolverInfo, ResolverKeyFunction } from './internal/nest-graphql.js';
+export type { IdempotentRpcOptions, RpcContext, RpcRefusal } from './nest-rpc.js';
+export type { GraphqlContext, GraphqlIdempotencyOptions, ResolverInfo, ResolverKeyFunction } from './nest-graphql.js';
 
 /**
  * The request as a Nest handler sees it: Express's `req` on @nestjs/platform-express, the
@@ -168,7 +168,7 @@ export function SkipIdempotency(): ClassDecorator & MethodDecorator {
   return Idempotent(false);
 }
 
-export type { NestTransaction, NestTransactionResponse } from './internal/nest-transaction.js';
+export type { NestTransaction, NestTransactionResponse } from './nest-transaction.js';
 /**
  * `@IdempotentTransaction() tx: NestTransaction<pg.PoolClient>` on a protected handler, on a
  * PostgreSQL store: `tx(work)` runs `work` in a transaction and stores the response it
@@ -498,7 +498,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     });
   }
 
-  /** A GraphQL resolver (adapters/internal/nest-graphql.ts): protected mutations run once per key. */
+  /** A GraphQL resolver (nest-graphql.ts): protected mutations run once per key. */
   #resolver(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     const handler = context.getHandler();
     const layer = this.layerFor(context.getClass(), handler);

@@ -15,10 +15,10 @@
  * app.post('/orders', async (c) => c.json({ id: 42, ...(await c.req.json()) }, 201));
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
-import type { RawBody } from '../src/fingerprint.js';
-import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
-import { idempotencyContract, inlineContract, type ContractSource } from '../src/openapi.js';
-import { lendBody } from './internal/hono-request.js';
+import type { RawBody } from '../../src/fingerprint.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../../src/http.js';
+import { idempotencyContract, inlineContract, type ContractSource } from '../../src/openapi.js';
+import { lendBody } from './hono-request.js';
 import {
   assertDeclaredLength,
   clientGoneFor,
@@ -32,7 +32,7 @@ import {
   requestInfo,
   toResponse,
   type WaitUntil,
-} from './internal/web-io.js';
+} from '../internal/web-io.js';
 
 /** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
 export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;
