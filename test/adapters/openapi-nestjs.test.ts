@@ -13,7 +13,7 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { ApiParam, DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Test } from '@nestjs/testing';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Idempotent, IdempotencyModule, SkipIdempotency } from '../../adapters/nestjs.js';
+import { Idempotent, IdempotencyModule, SkipIdempotency } from '../../adapters/nestjs/index.js';
 import { documentHandlers } from '../../adapters/nestjs/nest-swagger.js';
 import { memoryStore } from '../../drivers/memory.js';
 import type { OpenApiDocument } from '../../src/openapi.js';

@@ -125,7 +125,7 @@ const builds: Record<string, Build> = {
     const { Hono } = await import('hono');
     const { jwt: honoJwt } = await import('hono/jwt');
     const { createAdaptorServer } = await import('@hono/node-server');
-    const { idempotency } = await import('../../adapters/hono.js');
+    const { idempotency } = await import('../../adapters/hono/index.js');
     const app = new Hono();
     const verify = honoJwt({ secret: SECRET, alg: 'HS256' });
     // Optional authentication: hono/jwt answers 401 without a token, so it runs only with one.
@@ -141,7 +141,7 @@ const builds: Record<string, Build> = {
   async "hono + session-style c.set('user')"(options, executions) {
     const { Hono } = await import('hono');
     const { createAdaptorServer } = await import('@hono/node-server');
-    const { idempotency } = await import('../../adapters/hono.js');
+    const { idempotency } = await import('../../adapters/hono/index.js');
     const app = new Hono<{ Variables: { user: { id: string } | undefined } }>();
     // What session middleware (Better Auth's Hono example, for one) leaves: a user with an id.
     app.use(async (c, next) => {

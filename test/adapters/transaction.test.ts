@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { idempotency as expressIdempotency } from '../../adapters/express.js';
 import { idempotency as fastifyIdempotency } from '../../adapters/fastify.js';
 import { withIdempotency as withFetchIdempotency } from '../../adapters/fetch.js';
-import { idempotency as honoIdempotency } from '../../adapters/hono.js';
+import { idempotency as honoIdempotency } from '../../adapters/hono/index.js';
 import { idempotency as koaIdempotency } from '../../adapters/koa.js';
 import { withIdempotency, type IdempotentRequest } from '../../adapters/node.js';
 import { postgresStore, type PostgresStore } from '../../drivers/postgres.js';

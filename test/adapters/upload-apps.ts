@@ -36,7 +36,7 @@ import multer from 'multer';
 import { idempotency as expressIdempotency } from '../../adapters/express.js';
 import { idempotency as fastifyIdempotency } from '../../adapters/fastify.js';
 import { withIdempotency as withFetchIdempotency } from '../../adapters/fetch.js';
-import { idempotency as honoIdempotency } from '../../adapters/hono.js';
+import { idempotency as honoIdempotency } from '../../adapters/hono/index.js';
 import { idempotency as koaIdempotency } from '../../adapters/koa.js';
 import { withIdempotency } from '../../adapters/node.js';
 import type { IdempotencyOptions } from '../../src/http.js';
