@@ -58,6 +58,7 @@ import type { IdempotencyStore } from '../../src/store.js';
 import { declareReprototyped, ObjectSlot } from '../../src/object-slot.js';
 import { forgetRequestTransaction } from '../../src/transaction.js';
 import { setRejectionHeaders } from './nest-http.js';
+import { handlerTakesOver, silenceReplies, type HandlerTakesOver } from './nest-private.js';
 import { documentHandlers } from './nest-swagger.js';
 import { transactionDecorator } from './nest-transaction.js';
 import {
@@ -230,68 +231,13 @@ const nestDefaults: AdapterDefaults<NestRequest> = {
   scopeExample: '(request) => request.user.id',
 };
 
-/** Nest's own metadata keys (stable across Nest 11 and 12). */
-const SSE_METADATA = '__sse__';
-const ROUTE_ARGS_METADATA = '__routeArguments__';
-const RESPONSE_PARAM = 1;
-const NEXT_PARAM = 2;
-const PASSTHROUGH_METADATA = '__responsePassthrough__';
-
-type Unprotected = 'SSE' | '@Res() without passthrough' | 'StreamableFile';
+type Unprotected = HandlerTakesOver | 'StreamableFile';
 
 /** The requests the interceptor took (once per request, also when it is bound a second time). */
 const handledRequests = new ObjectSlot<true>('handled');
 
 /** The platform response: Express's `res` or Fastify's reply (with `.raw`). */
 type PlatformResponse = Record<string, unknown> & { raw?: ServerResponse };
-
-/** reflect-metadata's `Reflect.getMetadata`, which Nest loads. */
-const metadata = (key: string, target: object, property?: string): unknown =>
-  (Reflect as unknown as { getMetadata?(k: string, t: object, p?: string): unknown }).getMetadata?.(key, target, property);
-
-/** Why a handler runs unprotected, read from its metadata: SSE, or `@Res()` / `@Next()` without passthrough. */
-function unprotectedBy(controller: Type<unknown>, handler: Function): Unprotected | undefined {
-  if (metadata(SSE_METADATA, handler)) return 'SSE';
-  const args = (metadata(ROUTE_ARGS_METADATA, controller, handler.name) ?? {}) as Record<string, unknown>;
-  const handled = Object.keys(args).some((id) => {
-    const type = Number(id.split(':')[0]);
-    return type === RESPONSE_PARAM || type === NEXT_PARAM;
-  });
-  if (handled && metadata(PASSTHROUGH_METADATA, controller, handler.name) !== true) return '@Res() without passthrough';
-  return undefined;
-}
-
-/** The reply methods Nest may call on a response the layer answered itself. */
-const REPLY_METHODS = ['status', 'code', 'send', 'json', 'redirect', 'render', 'end'];
-/** Per prototype of platform responses: an object on it whose reply methods do nothing. */
-const silenced = new WeakMap<object, object>();
-const returnThis = function (this: unknown) {
-  return this;
-};
-
-/**
- * Make a platform response's reply methods no-ops: the layer answered it (a replay). The
- * response gets a prototype of its own prototype's whose methods do nothing (made once per
- * prototype): one change of the object's shape, where defining the seven methods on it
- * would make seven (on Express's responses each builds a hidden class of its own). Methods
- * something defined on the response itself (a middleware wrapping `end`) are replaced too.
- */
-function answered(res: PlatformResponse): void {
-  const prototype = Object.getPrototypeOf(res) as object | null;
-  if (prototype === null) return;
-  let silent = silenced.get(prototype);
-  if (silent === undefined) {
-    silent = Object.create(prototype) as Record<string, unknown>;
-    for (const name of REPLY_METHODS) if (typeof res[name] === 'function') (silent as Record<string, unknown>)[name] = returnThis;
-    silenced.set(prototype, silent);
-  }
-  Object.setPrototypeOf(res, silent);
-  for (const name of REPLY_METHODS) {
-    if (Object.prototype.hasOwnProperty.call(res, name) && typeof res[name] === 'function') {
-      Object.defineProperty(res, name, { value: returnThis, configurable: true, writable: true });
-    }
-  }
-}
 
 /**
  * The module's interceptor, which `@Idempotent()` binds to the classes and handlers it
@@ -389,7 +335,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     if (res.raw === undefined) declareReprototyped(req, res);
     handledRequests.set(req, true);
     let unprotected = this.#unprotected.get(handler);
-    if (unprotected === undefined) this.#unprotected.set(handler, (unprotected = unprotectedBy(controller, handler) ?? null));
+    if (unprotected === undefined) this.#unprotected.set(handler, (unprotected = handlerTakesOver(controller, handler) ?? null));
     if (unprotected) {
       this.#warnOnce(unprotected, `${controller.name}.${handler.name}`);
       return next.handle();
@@ -452,7 +398,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
             .headers(headers)
             .send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
         } else sendResponse(rawRes, decision.response);
-        answered(res);
+        silenceReplies(res);
         subscriber.next(undefined);
         subscriber.complete();
         return undefined;
