@@ -114,8 +114,9 @@ const ALLOWED: Record<string, readonly string[]> = {
   drivers: ['src', 'drivers'],
   // An adapter is a translation over the core and the shared I/O modules, never over a
   // sibling adapter (what two adapters need goes to adapters/internal or the core) and
-  // never a driver (the user picks the store).
-  adapters: ['src', 'adapters/internal'],
+  // never a driver (the user picks the store). `adapters` here is the adapter's own folder
+  // (adapters/nestjs/, adapters/hono/): a file of another adapter is a sibling, refused below.
+  adapters: ['src', 'adapters/internal', 'adapters'],
   'adapters/internal': ['src', 'adapters/internal'],
   client: ['src', 'client'],
   cli: ['src', 'drivers', 'cli'],
