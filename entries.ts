@@ -47,7 +47,7 @@ export const entries = {
   './mqtt': 'consumers/mqtt.ts',
   './webhooks': 'consumers/webhooks.ts',
   './nestjs': 'adapters/nestjs/index.ts',
-  './lambda': 'adapters/lambda.ts',
+  './lambda': 'adapters/lambda/index.ts',
   './openapi': 'src/openapi.ts',
 } as const satisfies Record<'.' | `./${string}`, `${string}.ts`>;
 
