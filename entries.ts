@@ -17,7 +17,7 @@ export const entries = {
   './node': 'adapters/node.ts',
   './express': 'adapters/express.ts',
   './fastify': 'adapters/fastify.ts',
-  './koa': 'adapters/koa.ts',
+  './koa': 'adapters/koa/index.ts',
   './fetch': 'adapters/fetch.ts',
   './hono': 'adapters/hono/index.ts',
   // Drivers: each also has drivers/<name>-definition.ts, and `npm run sync-entries` lists it

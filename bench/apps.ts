@@ -240,7 +240,7 @@ async function koaApp(o: AppOptions): Promise<RunningApp> {
   });
   app.use(bodyParser());
   if (o.impl === 'ours') {
-    const { idempotency } = await import('../adapters/koa.js');
+    const { idempotency } = await import('../adapters/koa/index.js');
     app.use(idempotency({ store: o.store!, scope: 'shared' }));
   } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
   app.use(async (ctx) => {

@@ -90,7 +90,7 @@ const builds: Record<string, Build> = {
     const { default: Koa } = await import('koa');
     const { default: koaJwt } = await import('koa-jwt');
     const { bodyParser } = await import('@koa/bodyparser');
-    const { idempotency } = await import('../../adapters/koa.js');
+    const { idempotency } = await import('../../adapters/koa/index.js');
     const app = new Koa();
     app.use(koaJwt({ secret: SECRET, passthrough: true }) as never);
     app.use(idempotency({ store: memoryStore(), ...options } as never));
@@ -105,7 +105,7 @@ const builds: Record<string, Build> = {
   },
   async 'koa 2 + koa-passport-style ctx.state.user'(options, executions) {
     const { default: Koa } = await import('koa2');
-    const { idempotency } = await import('../../adapters/koa.js');
+    const { idempotency } = await import('../../adapters/koa/index.js');
     const app = new Koa();
     app.use(async (ctx, next) => {
       const header = ctx.get('authorization');

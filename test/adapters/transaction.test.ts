@@ -19,7 +19,7 @@ import { idempotency as expressIdempotency } from '../../adapters/express.js';
 import { idempotency as fastifyIdempotency } from '../../adapters/fastify.js';
 import { withIdempotency as withFetchIdempotency } from '../../adapters/fetch.js';
 import { idempotency as honoIdempotency } from '../../adapters/hono/index.js';
-import { idempotency as koaIdempotency } from '../../adapters/koa.js';
+import { idempotency as koaIdempotency } from '../../adapters/koa/index.js';
 import { withIdempotency, type IdempotentRequest } from '../../adapters/node.js';
 import { postgresStore, type PostgresStore } from '../../drivers/postgres.js';
 import { inTransaction, type TransactionResponse } from '../../src/index.js';

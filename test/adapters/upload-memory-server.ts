@@ -22,7 +22,7 @@ import { idempotency as expressIdempotency } from '../../adapters/express.js';
 import { idempotency as fastifyIdempotency } from '../../adapters/fastify.js';
 import { withIdempotency as withFetch } from '../../adapters/fetch.js';
 import { idempotency as honoIdempotency } from '../../adapters/hono/index.js';
-import { idempotency as koaIdempotency } from '../../adapters/koa.js';
+import { idempotency as koaIdempotency } from '../../adapters/koa/index.js';
 import { withIdempotency } from '../../adapters/node.js';
 import { memoryStore } from '../../drivers/memory.js';
 import { fetchServer } from './fetch-server.js';

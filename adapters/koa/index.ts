@@ -17,10 +17,10 @@
  * app.listen(3000);
  */
 import type { Context, Middleware, Next } from 'koa';
-import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { isJsonType, ParsedJsonBody, type RawBody } from '../src/fingerprint.js';
-import { abandonOnClose, assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
-import { uploadBody, type UploadSource } from './internal/uploads.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../../src/http.js';
+import { isJsonType, ParsedJsonBody, type RawBody } from '../../src/fingerprint.js';
+import { abandonOnClose, assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from '../internal/node-io.js';
+import { uploadBody, type UploadSource } from '../internal/uploads.js';
 
 /** Every option of `IdempotencyOptions`; `scope` and `fingerprint` get the Koa context. */
 export type KoaIdempotencyOptions = IdempotencyOptions<Context>;
