@@ -235,6 +235,104 @@ describe('architecture: the import graph of the shipped code', () => {
   });
 });
 
+/** docs/architecture.md's table of the files that read another package's private state. */
+function privateStateFiles(page: string): { file: string; pkg: string; pinnedBy: string }[] {
+  const start = page.indexOf("\n### Other packages' private state");
+  const section = page.slice(start, page.indexOf('\n## ', start + 1));
+  return [...section.matchAll(/^\| `([^`]+)` \| ([^|]+?) \| [^|]+ \| ([^|]+?) \|$/gm)].map(([, file, pkg, pinnedBy]) => ({ file: file!, pkg: pkg!, pinnedBy: pinnedBy! }));
+}
+
+/** The marks of a read of another package's private state, in code with its comments and types removed. */
+const PRIVATE_MARKS: { mark: RegExp; what: string }[] = [
+  { mark: /\b(?:Object|Reflect)\.setPrototypeOf\(/, what: 'changes the prototype of an object' },
+  { mark: /\bObject\.getOwnPropertySymbols\(/, what: 'reads symbol-keyed fields' },
+  { mark: /\bSymbol\.for\(\s*(['"`])(?!idempotency-kit\.)/, what: "reads another package's registered symbol" },
+  // `_read` is Node's documented method for stream implementers, not a private member.
+  { mark: /[\w)\]]\??\._(?!read\b)[A-Za-z]\w*/, what: 'reads an underscored (private) member' },
+  { mark: /(['"`])__(?!proto__)[A-Za-z]+__\1/, what: "names a framework's private metadata key" },
+  { mark: /\b(?:getMetadata|getOwnMetadataKeys|getMetadataKeys)\b/, what: "reads decorators' metadata directly" },
+  { mark: /\bbodyCache\b/, what: "reads Hono's body cache" },
+  { mark: /(['"`])microservices:/, what: "names @nestjs/microservices' metadata key" },
+];
+
+/**
+ * Registered symbols of other packages that those packages document for users to write:
+ * Fastify's plugin metadata (what fastify-plugin sets) and drizzle-orm's `entityKind`
+ * (exported by drizzle-orm).
+ */
+const PUBLIC_SYMBOLS = new Set(["Symbol.for('skip-override')", "Symbol.for('fastify.display-name')", "Symbol.for('plugin-meta')", "Symbol.for('drizzle:entityKind')"]);
+
+/** Code as it runs: no comments, no types (a type naming a private field reads nothing). */
+const codeOf = (source: string) =>
+  ts.transpileModule(source, { compilerOptions: { removeComments: true, target: ts.ScriptTarget.ESNext, module: ts.ModuleKind.ESNext } }).outputText;
+
+/** Reads of another package's private state outside the files allowed to: `path:line: code (what)`. */
+function privateReads(files: Map<string, string>, allowed: ReadonlySet<string>): string[] {
+  const found: string[] = [];
+  for (const [path, source] of files) {
+    if (allowed.has(path)) continue;
+    codeOf(source)
+      .split('\n')
+      .forEach((line, i) => {
+        const visible = [...PUBLIC_SYMBOLS].reduce((text, symbol) => text.replaceAll(symbol, ''), line.replaceAll('"', "'"));
+        for (const { mark, what } of PRIVATE_MARKS) if (mark.test(visible)) found.push(`${path}:${i + 1}: ${line.trim()} (${what})`);
+      });
+  }
+  return found;
+}
+
+/** Whether a file's name says the package it reads: a word of three letters or more in common (`nestjs` counts as `nest`). */
+function namedFor(file: string, pkg: string): boolean {
+  const words = (text: string) => new Set(text.toLowerCase().split(/[^a-z]+/).map((w) => w.replace(/js$/, '')).filter((w) => w.length >= 3));
+  const ofPackage = words(pkg);
+  return [...words(posix.basename(file, '.ts'))].some((word) => ofPackage.has(word));
+}
+
+describe("architecture: another package's private state is read only in a file named for it", () => {
+  const page = readFileSync(join(root, 'docs/architecture.md'), 'utf8');
+  const listed = privateStateFiles(page);
+  const shipped = readModules(SHIPPED);
+
+  it('docs/architecture.md lists the files, each shipped, named for its package, and pinned by a test that imports it', () => {
+    expect(listed.length).toBeGreaterThanOrEqual(5);
+    for (const { file, pkg, pinnedBy } of listed) {
+      expect(shipped.has(file), `${file} ships`).toBe(true);
+      expect(namedFor(file, pkg), `${file} is named for ${pkg}`).toBe(true);
+      expect(existsSync(join(root, pinnedBy)), `${pinnedBy} exists`).toBe(true);
+      const test = readFileSync(join(root, pinnedBy), 'utf8');
+      expect(test.includes(posix.basename(file, '.ts')), `${pinnedBy} tests ${file}`).toBe(true);
+    }
+  });
+
+  it('no other shipped file reads another package\'s private state', () => {
+    const files = new Map([...shipped.keys()].map((path) => [path, readFileSync(join(root, path), 'utf8')]));
+    expect(privateReads(files, new Set(listed.map(({ file }) => file)))).toEqual([]);
+  });
+
+  it('the check catches what it is meant to catch', () => {
+    const reads = (source: string) => privateReads(new Map([['adapters/koa.ts', source]]), new Set());
+    expect(reads("Object.setPrototypeOf(res, proto);")).toHaveLength(1);
+    expect(reads('const slots = client._slots;')).toHaveLength(1);
+    expect(reads('const slots = client?._slots;')).toHaveLength(1);
+    expect(reads("const k = Symbol.for('nodejs.stream.destroyed');")).toHaveLength(1);
+    expect(reads("for (const s of Object.getOwnPropertySymbols(req)) {}")).toHaveLength(1);
+    expect(reads("const sse = Reflect.getMetadata('__sse__', handler);")).toHaveLength(2);
+    expect(reads('const cache = c.req.bodyCache;')).toHaveLength(1);
+    expect(reads("const key = 'microservices:pattern';")).toHaveLength(1);
+    // Ours, documented, or words in a comment or a type: not reads.
+    expect(reads("const brand = Symbol.for('idempotency-kit.error');")).toEqual([]);
+    expect(reads("const plugin = { [Symbol.for('skip-override')]: true };")).toEqual([]);
+    expect(reads('// client._slots is read elsewhere\ninterface X { _slots?: unknown }\nconst y = 1;')).toEqual([]);
+    expect(reads('const snake_case = a_b;')).toEqual([]);
+    expect(reads("req._read = () => {}; if (key === '__proto__') {}")).toEqual([]);
+    expect(reads('const bytes = file._buf;')).toHaveLength(1);
+    // A listed file may.
+    expect(privateReads(new Map([['drivers/node-redis-cluster.ts', 'client._slots.rediscover();']]), new Set(['drivers/node-redis-cluster.ts']))).toEqual([]);
+    expect(namedFor('adapters/nestjs/nest-private.ts', '@nestjs/common')).toBe(true);
+    expect(namedFor('adapters/internal/web-io.ts', '@hono/node-server')).toBe(false);
+  });
+});
+
 // Rule ids (H1..H21, S1..S12, C1..C6) tag test names; users read the rules in words.
 const RULE_ID = /\b[HSC]\d{1,2}\b/g;
 

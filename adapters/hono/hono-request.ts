@@ -34,6 +34,7 @@ const LENT = Symbol('idempotency-kit.lent');
 interface BodyCache {
   text?: Promise<string>;
   arrayBuffer?: Promise<ArrayBuffer>;
+  formData?: Promise<FormData>;
   [LENT]?: Lent;
 }
 const bodyCache = (req: HonoRequest) => req.bodyCache as unknown as BodyCache;
@@ -188,4 +189,16 @@ export function lendable(req: HonoRequest): boolean {
  */
 function lendPublicly(req: HonoRequest, request: Request, bytes: Uint8Array, unread: boolean): void {
   req.raw = unread ? request : withBody(request, bytes);
+}
+
+/**
+ * The form data a handler-side reader took before the layer (`c.req.formData()`), when
+ * Hono's body cache holds only that: its bytes again would be a new serialisation with a
+ * new boundary. Undefined otherwise, and when the cache is not there (the body is then read
+ * through `c.req.arrayBuffer()`, Hono's public method).
+ */
+export function formDataReadBefore(req: HonoRequest): Promise<FormData> | undefined {
+  const cache = (req as { bodyCache?: unknown }).bodyCache as BodyCache | undefined;
+  if (typeof cache !== 'object' || cache === null) return undefined;
+  return cache.arrayBuffer === undefined ? cache.formData : undefined;
 }

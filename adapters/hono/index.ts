@@ -18,7 +18,7 @@ import type { Context, Env, MiddlewareHandler } from 'hono';
 import type { RawBody } from '../../src/fingerprint.js';
 import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../../src/http.js';
 import { idempotencyContract, inlineContract, type ContractSource } from '../../src/openapi.js';
-import { lendBody } from './hono-request.js';
+import { formDataReadBefore, lendBody } from './hono-request.js';
 import {
   assertDeclaredLength,
   clientGoneFor,
@@ -84,10 +84,10 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
       if (request.bodyUsed) {
         // Read before us (a validator): Hono keeps the body; count it by its declared length.
         assertDeclaredLength(request.headers, layer.maxBodyBytes);
-        const cache = c.req.bodyCache as { arrayBuffer?: Promise<ArrayBuffer>; formData?: Promise<FormData> };
         // Only as form data (c.req.formData()): its bytes again would be a new serialisation
         // with a new boundary, so the entries count (parseBody() keeps the bytes too).
-        if (cache.arrayBuffer === undefined && cache.formData !== undefined) return formDataUpload(await cache.formData);
+        const form = formDataReadBefore(c.req);
+        if (form !== undefined) return formDataUpload(await form);
         return new Uint8Array(await c.req.arrayBuffer());
       }
       // On @hono/node-server, a small body is read from Node's message and left where the
