@@ -17,9 +17,9 @@ export const entries = {
   './node': 'adapters/node.ts',
   './express': 'adapters/express.ts',
   './fastify': 'adapters/fastify.ts',
-  './koa': 'adapters/koa.ts',
+  './koa': 'adapters/koa/index.ts',
   './fetch': 'adapters/fetch.ts',
-  './hono': 'adapters/hono.ts',
+  './hono': 'adapters/hono/index.ts',
   // Drivers: each also has drivers/<name>-definition.ts, and `npm run sync-entries` lists it
   // in drivers/registry.ts for `createStore()`, in this order (the order its messages use).
   './drivers/memory': 'drivers/memory.ts',
@@ -46,8 +46,8 @@ export const entries = {
   './bullmq': 'consumers/bullmq.ts',
   './mqtt': 'consumers/mqtt.ts',
   './webhooks': 'consumers/webhooks.ts',
-  './nestjs': 'adapters/nestjs.ts',
-  './lambda': 'adapters/lambda.ts',
+  './nestjs': 'adapters/nestjs/index.ts',
+  './lambda': 'adapters/lambda/index.ts',
   './openapi': 'src/openapi.ts',
 } as const satisfies Record<'.' | `./${string}`, `${string}.ts`>;
 
@@ -69,10 +69,15 @@ export function specifierOf(subpath: string): string {
 
 /**
  * Where an entry's build lands, as dist/<name>.js, .cjs, .d.ts and .d.cts: its source path
- * without `.ts`, and without `src/` for the core (`src/index.ts` -> `index`).
+ * without `.ts`, and without `src/` for the core (`src/index.ts` -> `index`). An adapter with
+ * a folder of its own lands where a one-file adapter would (`adapters/nestjs/index.ts` ->
+ * `adapters/nestjs`), so its dist files keep their names whichever layout its source has.
  */
 export function distName(source: string): string {
-  return source.replace(/^src\//, '').replace(/\.ts$/, '');
+  return source
+    .replace(/^src\//, '')
+    .replace(/^(adapters\/[^/]+)\/index\.ts$/, '$1')
+    .replace(/\.ts$/, '');
 }
 
 /** The source file behind a specifier the package answers to (`idempotency-kit/koa`), if any. */

@@ -5,7 +5,7 @@ import { vitestAliases } from './entries.js';
 const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
 
 /** The NestJS tests that also run against NestJS 11 (the workspace test/nest11; the root has NestJS 12). */
-const NEST11_TESTS = ['test/adapters/nestjs.test.ts', 'test/adapters/nestjs-specifics.test.ts', 'test/adapters/nestjs-transaction.test.ts'];
+const NEST11_TESTS = ['test/adapters/nest-private.test.ts', 'test/adapters/nestjs.test.ts', 'test/adapters/nestjs-specifics.test.ts', 'test/adapters/nestjs-transaction.test.ts'];
 
 export default defineConfig({
   resolve: {

@@ -240,7 +240,7 @@ async function koaApp(o: AppOptions): Promise<RunningApp> {
   });
   app.use(bodyParser());
   if (o.impl === 'ours') {
-    const { idempotency } = await import('../adapters/koa.js');
+    const { idempotency } = await import('../adapters/koa/index.js');
     app.use(idempotency({ store: o.store!, scope: 'shared' }));
   } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
   app.use(async (ctx) => {
@@ -267,7 +267,7 @@ async function honoApp(o: AppOptions): Promise<RunningApp> {
   if (!(HONO_STYLES as readonly string[]).includes(style)) throw new Error(`unknown Hono style ${style}`);
   app.get('/__stats', (c) => c.body(stats(o, c.req.url), 200, JSON_TYPE));
   if (o.impl === 'ours') {
-    const { idempotency } = await import('../adapters/hono.js');
+    const { idempotency } = await import('../adapters/hono/index.js');
     app.use('/orders', idempotency({ store: o.store!, scope: 'shared' }));
   } else if (o.impl !== 'bare') throw new Error(`${o.impl} runs on express only`);
   app.post('/orders', async (c) => {
@@ -337,7 +337,7 @@ async function nestApp(o: AppOptions): Promise<RunningApp> {
   const imports: unknown[] = [];
   let protect: MethodDecorator = () => undefined;
   if (o.impl === 'ours') {
-    const { Idempotent, IdempotencyModule } = await import('../adapters/nestjs.js');
+    const { Idempotent, IdempotencyModule } = await import('../adapters/nestjs/index.js');
     imports.push(IdempotencyModule.forRoot({ store: o.store!, scope: 'shared' }));
     protect = Idempotent();
   } else if (o.impl === 'node-idempotency') {

@@ -16,7 +16,7 @@ const hang = async () => {
 
 if (lib === 'ours') {
   const { dynamodbStore } = await import('../drivers/dynamodb.js');
-  const { idempotent } = await import('../adapters/lambda.js');
+  const { idempotent } = await import('../adapters/lambda/index.js');
   const store = dynamodbStore({ client, table: table!, onWarning: () => undefined });
   await idempotent(hang, { store, key: (event: { id: string }) => event.id })({ id: key! }, context);
 } else {

@@ -16,7 +16,7 @@ import middy from '@middy/core';
 import { IdempotencyConfig, makeIdempotent } from '@aws-lambda-powertools/idempotency';
 import { DynamoDBPersistenceLayer } from '@aws-lambda-powertools/idempotency/dynamodb';
 import { makeHandlerIdempotent } from '@aws-lambda-powertools/idempotency/middleware';
-import { idempotencyMiddleware, idempotent, type LambdaHttpEvent, type LambdaHttpResult } from '../adapters/lambda.js';
+import { idempotencyMiddleware, idempotent, type LambdaHttpEvent, type LambdaHttpResult } from '../adapters/lambda/index.js';
 import { dynamodbStore } from '../drivers/dynamodb.js';
 import type { IdempotencyStore } from '../src/store.js';
 import { dynalite } from '../test/helpers/dynalite.js';

@@ -97,6 +97,8 @@ type StoreName = (typeof ALL_STORES)[number];
 const adapters = (opt('adapters')?.split(',') ?? (quick ? ['node', 'express', 'fetch:text', 'bun:text', 'deno:text', 'nestjs'] : [...ALL_ADAPTERS])) as AdapterName[];
 /** The framework of an adapter name (`fetch:text` -> fetch) and its handler style. */
 const baseOf = (adapter: AdapterName) => adapter.split(':')[0]!;
+/** Whether an adapter's source is there: `adapters/<name>.ts`, or its folder's `index.ts`. */
+const adapterLanded = (name: string) => existsSync(path.join(ROOT, `adapters/${name}.ts`)) || existsSync(path.join(ROOT, `adapters/${name}/index.ts`));
 const styleOf = (adapter: AdapterName) => adapter.split(':')[1];
 /** A handler style's block (and Nest's): first executions and replays on memory only. */
 const styled = (adapter: AdapterName) => styleOf(adapter) !== undefined || adapter === 'fetch' || adapter === 'nestjs';
@@ -447,7 +449,7 @@ async function countRoundTrips(): Promise<RoundTripRow[]> {
   if (storeUrls.postgres) targets.push({ store: 'postgres', impl: 'ours', adapter: 'node' });
   if (peers && redisUrl && !quick) targets.push({ store: 'redis', impl: 'node-idempotency', adapter: 'express' });
   for (const t of targets) {
-    if (t.impl === 'ours' && !existsSync(path.join(ROOT, `adapters/${t.adapter}.ts`))) continue;
+    if (t.impl === 'ours' && !adapterLanded(t.adapter)) continue;
     const spec: Spec = { adapter: t.adapter, impl: t.impl, store: t.store, scenario: 'first' };
     const label = `${t.impl} ${t.store}`;
     let server: ServerHandle;
@@ -685,7 +687,7 @@ async function main(): Promise<void> {
       log(`SKIPPED adapter ${adapter}: ${runtime} is not installed under node_modules`);
       continue;
     }
-    if (!runtime && baseOf(adapter) !== 'node' && !existsSync(path.join(ROOT, `adapters/${baseOf(adapter)}.ts`))) {
+    if (!runtime && baseOf(adapter) !== 'node' && !adapterLanded(baseOf(adapter))) {
       skipped.push(`adapter ${adapter}: adapters/${baseOf(adapter)}.ts has not landed`);
       log(`SKIPPED adapter ${adapter}: adapters/${baseOf(adapter)}.ts has not landed`);
       continue;

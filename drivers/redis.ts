@@ -30,6 +30,7 @@ import { decodeRecord, encodeResponse } from './record-json.js';
 import { decodeValue, encodeCompletedTail, encodeProcessing, encodeResponseTail, ownerPrefix, unmarkedProcessing } from './redis-record.js';
 import { adapterFrom, checkScanOptions, isLive, reconnectingFeed } from './utils.js';
 import { assertInteger } from '../src/validate.js';
+import { slotRefresher } from './node-redis-cluster.js';
 import { isRedisClusterUrl, isRedisSentinelUrl, parseRedisClusterUrl, parseRedisSentinelUrl } from './redis-url.js';
 
 export interface RedisStoreOptions {
@@ -395,31 +396,9 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     return waiting;
   };
 
-  // node-redis learns a new slot map only from a MOVED reply, which a dead primary never
-  // sends: after a failover it would keep routing that primary's slots to the dead node
-  // ("client is offline") for good. So any failed call on a cluster asks it to read the
-  // slot map again (one refresh at a time, at most every 100 ms). The cluster client has
-  // no public call for that; without this internal one, recovery waits for a MOVED.
-  let refreshing = false;
-  let refreshedAt = 0;
-  const refreshSlots = () => {
-    const internals = client as unknown as {
-      _slots?: { rediscover?: (startWith: { options: unknown }) => Promise<void> };
-      _options?: { rootNodes?: unknown[] };
-    };
-    const seeds = internals._options?.rootNodes ?? [];
-    if (refreshing || closed || typeof internals._slots?.rediscover !== 'function' || seeds.length === 0) return;
-    if (Date.now() - refreshedAt < 100) return;
-    refreshing = true;
-    // Start from a random seed node (the client tries the others when that one fails).
-    internals._slots
-      .rediscover({ options: seeds[Math.floor(Math.random() * seeds.length)] })
-      .catch(() => undefined)
-      .finally(() => {
-        refreshing = false;
-        refreshedAt = Date.now();
-      });
-  };
+  // After a failed call on a cluster, the slot map is read again (node-redis-cluster.ts).
+  const slots = slotRefresher(client, () => closed);
+  const refreshSlots = slots.refresh;
   const cluster = adapter.isCluster();
 
   const sentinel = adapter.isSentinel();

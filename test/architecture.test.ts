@@ -100,6 +100,9 @@ function layerOf(path: string): string {
   return path.split('/')[0]!;
 }
 
+/** The adapter a file of `adapters/` belongs to: `adapters/koa.ts` and `adapters/nestjs/nest-rpc.ts` -> `koa`, `nestjs`. */
+const adapterOf = (path: string) => path.split('/')[1]!.replace(/\.ts$/, '');
+
 /** The layers of the shipped folders: each must have its rule below. */
 const layersOf = (dirs: readonly string[]) => [...new Set(dirs.flatMap((dir) => sourceFiles(dir).map(layerOf)))].sort();
 
@@ -111,8 +114,9 @@ const ALLOWED: Record<string, readonly string[]> = {
   drivers: ['src', 'drivers'],
   // An adapter is a translation over the core and the shared I/O modules, never over a
   // sibling adapter (what two adapters need goes to adapters/internal or the core) and
-  // never a driver (the user picks the store).
-  adapters: ['src', 'adapters/internal'],
+  // never a driver (the user picks the store). `adapters` here is the adapter's own folder
+  // (adapters/nestjs/, adapters/hono/): a file of another adapter is a sibling, refused below.
+  adapters: ['src', 'adapters/internal', 'adapters'],
   'adapters/internal': ['src', 'adapters/internal'],
   client: ['src', 'client'],
   cli: ['src', 'drivers', 'cli'],
@@ -145,7 +149,7 @@ function layeringBreaks(modules: Map<string, Module>): string[] {
       if (EXCEPTIONS.has(edge)) continue;
       const to = layerOf(target);
       if (!ALLOWED[from]?.includes(to)) breaks.push(`${edge} (${from} may import only ${ALLOWED[from]?.join(', ') ?? 'nothing'})`);
-      else if (from === 'adapters' && to === 'adapters') breaks.push(`${edge} (an adapter never imports a sibling adapter)`);
+      else if (from === 'adapters' && to === 'adapters' && adapterOf(module.path) !== adapterOf(target)) breaks.push(`${edge} (an adapter never imports a sibling adapter)`);
       if (target === 'src/index.ts') breaks.push(`${edge} (the package entry is not imported: import the module itself)`);
     }
   }
@@ -219,10 +223,113 @@ describe('architecture: the import graph of the shipped code', () => {
     expect(layeringBreaks(graph({ 'drivers/redis.ts': ['adapters/internal/web-io.ts'], 'adapters/internal/web-io.ts': [] }))).toHaveLength(1);
     expect(layeringBreaks(graph({ 'adapters/koa.ts': ['adapters/node.ts'], 'adapters/node.ts': [] }))).toHaveLength(1);
     expect(layeringBreaks(graph({ 'adapters/koa.ts': ['drivers/memory.ts'], 'drivers/memory.ts': [] }))).toHaveLength(1);
-    expect(layeringBreaks(graph({ 'adapters/hono.ts': ['src/index.ts'], 'src/index.ts': [] }))).toHaveLength(1);
+    expect(layeringBreaks(graph({ 'adapters/hono/index.ts': ['src/index.ts'], 'src/index.ts': [] }))).toHaveLength(1);
+    // An adapter's folder is the adapter: its files import each other, never another adapter's.
+    expect(layeringBreaks(graph({ 'adapters/nestjs/index.ts': ['adapters/nestjs/nest-rpc.ts'], 'adapters/nestjs/nest-rpc.ts': [] }))).toEqual([]);
+    expect(layeringBreaks(graph({ 'adapters/nestjs/nest-rpc.ts': ['adapters/hono/index.ts'], 'adapters/hono/index.ts': [] }))).toHaveLength(1);
+    expect(layeringBreaks(graph({ 'adapters/koa.ts': ['adapters/hono/hono-request.ts'], 'adapters/hono/hono-request.ts': [] }))).toHaveLength(1);
+    expect(layeringBreaks(graph({ 'adapters/internal/web-io.ts': ['adapters/hono/hono-request.ts'], 'adapters/hono/hono-request.ts': [] }))).toHaveLength(1);
     expect(layeringBreaks(graph({ 'src/a.ts': ['?'] }))).toHaveLength(1);
     expect(layeringBreaks(graph({ 'src/index.ts': ['drivers/create-store.ts'], 'adapters/koa.ts': ['adapters/internal/node-io.ts', 'src/http.ts'] }))).toEqual([]);
     expect(coreExternals(graph({ 'src/a.ts': [] }, { 'src/a.ts': ['node:crypto', 'crypto', 'object-hash', 'pg'] }))).toEqual(['src/a.ts imports pg']);
+  });
+});
+
+/** docs/architecture.md's table of the files that read another package's private state. */
+function privateStateFiles(page: string): { file: string; pkg: string; pinnedBy: string }[] {
+  const start = page.indexOf("\n### Other packages' private state");
+  const section = page.slice(start, page.indexOf('\n## ', start + 1));
+  return [...section.matchAll(/^\| `([^`]+)` \| ([^|]+?) \| [^|]+ \| ([^|]+?) \|$/gm)].map(([, file, pkg, pinnedBy]) => ({ file: file!, pkg: pkg!, pinnedBy: pinnedBy! }));
+}
+
+/** The marks of a read of another package's private state, in code with its comments and types removed. */
+const PRIVATE_MARKS: { mark: RegExp; what: string }[] = [
+  { mark: /\b(?:Object|Reflect)\.setPrototypeOf\(/, what: 'changes the prototype of an object' },
+  { mark: /\bObject\.getOwnPropertySymbols\(/, what: 'reads symbol-keyed fields' },
+  { mark: /\bSymbol\.for\(\s*(['"`])(?!idempotency-kit\.)/, what: "reads another package's registered symbol" },
+  // `_read` is Node's documented method for stream implementers, not a private member.
+  { mark: /[\w)\]]\??\._(?!read\b)[A-Za-z]\w*/, what: 'reads an underscored (private) member' },
+  { mark: /(['"`])__(?!proto__)[A-Za-z]+__\1/, what: "names a framework's private metadata key" },
+  { mark: /\b(?:getMetadata|getOwnMetadataKeys|getMetadataKeys)\b/, what: "reads decorators' metadata directly" },
+  { mark: /\bbodyCache\b/, what: "reads Hono's body cache" },
+  { mark: /(['"`])microservices:/, what: "names @nestjs/microservices' metadata key" },
+];
+
+/**
+ * Registered symbols of other packages that those packages document for users to write:
+ * Fastify's plugin metadata (what fastify-plugin sets) and drizzle-orm's `entityKind`
+ * (exported by drizzle-orm).
+ */
+const PUBLIC_SYMBOLS = new Set(["Symbol.for('skip-override')", "Symbol.for('fastify.display-name')", "Symbol.for('plugin-meta')", "Symbol.for('drizzle:entityKind')"]);
+
+/** Code as it runs: no comments, no types (a type naming a private field reads nothing). */
+const codeOf = (source: string) =>
+  ts.transpileModule(source, { compilerOptions: { removeComments: true, target: ts.ScriptTarget.ESNext, module: ts.ModuleKind.ESNext } }).outputText;
+
+/** Reads of another package's private state outside the files allowed to: `path:line: code (what)`. */
+function privateReads(files: Map<string, string>, allowed: ReadonlySet<string>): string[] {
+  const found: string[] = [];
+  for (const [path, source] of files) {
+    if (allowed.has(path)) continue;
+    codeOf(source)
+      .split('\n')
+      .forEach((line, i) => {
+        const visible = [...PUBLIC_SYMBOLS].reduce((text, symbol) => text.replaceAll(symbol, ''), line.replaceAll('"', "'"));
+        for (const { mark, what } of PRIVATE_MARKS) if (mark.test(visible)) found.push(`${path}:${i + 1}: ${line.trim()} (${what})`);
+      });
+  }
+  return found;
+}
+
+/** Whether a file's name says the package it reads: a word of three letters or more in common (`nestjs` counts as `nest`). */
+function namedFor(file: string, pkg: string): boolean {
+  const words = (text: string) => new Set(text.toLowerCase().split(/[^a-z]+/).map((w) => w.replace(/js$/, '')).filter((w) => w.length >= 3));
+  const ofPackage = words(pkg);
+  return [...words(posix.basename(file, '.ts'))].some((word) => ofPackage.has(word));
+}
+
+describe("architecture: another package's private state is read only in a file named for it", () => {
+  const page = readFileSync(join(root, 'docs/architecture.md'), 'utf8');
+  const listed = privateStateFiles(page);
+  const shipped = readModules(SHIPPED);
+
+  it('docs/architecture.md lists the files, each shipped, named for its package, and pinned by a test that imports it', () => {
+    expect(listed.length).toBeGreaterThanOrEqual(5);
+    for (const { file, pkg, pinnedBy } of listed) {
+      expect(shipped.has(file), `${file} ships`).toBe(true);
+      expect(namedFor(file, pkg), `${file} is named for ${pkg}`).toBe(true);
+      expect(existsSync(join(root, pinnedBy)), `${pinnedBy} exists`).toBe(true);
+      const test = readFileSync(join(root, pinnedBy), 'utf8');
+      expect(test.includes(posix.basename(file, '.ts')), `${pinnedBy} tests ${file}`).toBe(true);
+    }
+  });
+
+  it('no other shipped file reads another package\'s private state', () => {
+    const files = new Map([...shipped.keys()].map((path) => [path, readFileSync(join(root, path), 'utf8')]));
+    expect(privateReads(files, new Set(listed.map(({ file }) => file)))).toEqual([]);
+  });
+
+  it('the check catches what it is meant to catch', () => {
+    const reads = (source: string) => privateReads(new Map([['adapters/koa.ts', source]]), new Set());
+    expect(reads("Object.setPrototypeOf(res, proto);")).toHaveLength(1);
+    expect(reads('const slots = client._slots;')).toHaveLength(1);
+    expect(reads('const slots = client?._slots;')).toHaveLength(1);
+    expect(reads("const k = Symbol.for('nodejs.stream.destroyed');")).toHaveLength(1);
+    expect(reads("for (const s of Object.getOwnPropertySymbols(req)) {}")).toHaveLength(1);
+    expect(reads("const sse = Reflect.getMetadata('__sse__', handler);")).toHaveLength(2);
+    expect(reads('const cache = c.req.bodyCache;')).toHaveLength(1);
+    expect(reads("const key = 'microservices:pattern';")).toHaveLength(1);
+    // Ours, documented, or words in a comment or a type: not reads.
+    expect(reads("const brand = Symbol.for('idempotency-kit.error');")).toEqual([]);
+    expect(reads("const plugin = { [Symbol.for('skip-override')]: true };")).toEqual([]);
+    expect(reads('// client._slots is read elsewhere\ninterface X { _slots?: unknown }\nconst y = 1;')).toEqual([]);
+    expect(reads('const snake_case = a_b;')).toEqual([]);
+    expect(reads("req._read = () => {}; if (key === '__proto__') {}")).toEqual([]);
+    expect(reads('const bytes = file._buf;')).toHaveLength(1);
+    // A listed file may.
+    expect(privateReads(new Map([['drivers/node-redis-cluster.ts', 'client._slots.rediscover();']]), new Set(['drivers/node-redis-cluster.ts']))).toEqual([]);
+    expect(namedFor('adapters/nestjs/nest-private.ts', '@nestjs/common')).toBe(true);
+    expect(namedFor('adapters/internal/web-io.ts', '@hono/node-server')).toBe(false);
   });
 });
 

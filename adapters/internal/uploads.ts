@@ -15,7 +15,7 @@ import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { UploadBody, type UploadedFile } from '../../src/fingerprint.js';
 
-/** A file as multer (`buffer` or `path`), formidable (`filepath`) or @fastify/multipart (`_buf`) describes it. */
+/** A file as multer (`buffer` or `path`), formidable (`filepath`) or @fastify/multipart (`toBuffer()`, its documented method) describes it. */
 interface FileLike {
   fieldname?: unknown;
   originalname?: unknown;
@@ -23,7 +23,7 @@ interface FileLike {
   filename?: unknown;
   mimetype?: unknown;
   buffer?: unknown;
-  _buf?: unknown;
+  toBuffer?: unknown;
   path?: unknown;
   filepath?: unknown;
 }
@@ -50,7 +50,7 @@ function listFiles(files: unknown): { file: FileLike; field: string | undefined 
   if (Array.isArray(files)) return files.flatMap((f) => listFiles(f));
   if (typeof files !== 'object') return [];
   const one = files as FileLike;
-  if ('fieldname' in one || 'originalname' in one || 'originalFilename' in one || 'filepath' in one || '_buf' in one || 'buffer' in one) {
+  if ('fieldname' in one || 'originalname' in one || 'originalFilename' in one || 'filepath' in one || typeof one.toBuffer === 'function' || 'buffer' in one) {
     return [{ file: one, field: undefined }];
   }
   // Lists by field name (multer's `.fields()`, formidable), in sorted field order.
@@ -76,7 +76,8 @@ async function hashed(file: FileLike, field: string | undefined, source: UploadS
     type: text(file.mimetype),
     sha256,
   });
-  const bytes = file.buffer ?? file._buf;
+  // @fastify/multipart's `toBuffer()` answers with the bytes it kept (attachFieldsToBody read them all).
+  const bytes = file.buffer ?? (typeof file.toBuffer === 'function' ? await (file.toBuffer as () => Promise<unknown>).call(file) : undefined);
   if (bytes instanceof Uint8Array) return found(hashBytes(bytes));
   const path = text(file.filepath) ?? text(file.path);
   if (path !== null) return found(await hashFile(path));

@@ -27,7 +27,7 @@ import Koa3 from 'koa';
 import Koa2 from 'koa2';
 import { idempotency as expressIdempotency } from '../../adapters/express.js';
 import { idempotency as fastifyIdempotency } from '../../adapters/fastify.js';
-import { idempotency as koaIdempotency } from '../../adapters/koa.js';
+import { idempotency as koaIdempotency } from '../../adapters/koa/index.js';
 import { withIdempotency, type IdempotentRequest } from '../../adapters/node.js';
 import type { IdempotencyOptions } from '../../src/http.js';
 import { fetchServer } from './fetch-server.js';

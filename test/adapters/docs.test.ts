@@ -40,10 +40,11 @@ function example(adapter: string, heading = '## Example'): string {
 const { IDEMPOTENCY_STORE: _ignored, ...inheritedEnv } = process.env;
 
 describe('docs/adapters: the example on each page runs as written', () => {
-  // Every adapter entry of entries.ts (`adapters/<name>.ts`): a new adapter's page is run too.
-  const adapters = Object.values(entries).flatMap((source) => /^adapters\/([a-z0-9-]+)\.ts$/.exec(source)?.[1] ?? []);
+  // Every adapter entry of entries.ts (`adapters/<name>.ts`, or `adapters/<name>/index.ts` for
+  // an adapter with a folder): a new adapter's page is run too.
+  const adapters = Object.values(entries).flatMap((source) => /^adapters\/([a-z0-9-]+)(?:\/index)?\.ts$/.exec(source)?.[1] ?? []);
   it('the adapters are read from entries.ts (the built-in ones among them)', () => {
-    expect(adapters).toEqual(expect.arrayContaining(['node', 'express', 'fastify', 'koa', 'fetch', 'hono', 'nestjs']));
+    expect(adapters).toEqual(expect.arrayContaining(['node', 'express', 'fastify', 'koa', 'fetch', 'hono', 'nestjs', 'lambda']));
   });
   for (const adapter of adapters) {
     it(`docs/adapters/${adapter}.md: H6 H7 H2 H15 in a copied server`, async () => {

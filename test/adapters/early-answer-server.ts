@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { createAdaptorServer } from '@hono/node-server';
 import { Hono } from 'hono';
 import { withIdempotency } from '../../adapters/fetch.js';
-import { idempotency } from '../../adapters/hono.js';
+import { idempotency } from '../../adapters/hono/index.js';
 import { memoryStore } from '../../drivers/memory.js';
 
 const options = { store: memoryStore(), scope: 'shared' as const, maxBodyBytes: 256 * 1024 };

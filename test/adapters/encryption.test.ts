@@ -11,7 +11,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Hono } from 'hono';
 import { afterEach, describe, expect, it } from 'vitest';
-import { idempotency as honoIdempotency } from '../../adapters/hono.js';
+import { idempotency as honoIdempotency } from '../../adapters/hono/index.js';
 import { withIdempotency } from '../../adapters/node.js';
 import { memoryStore } from '../../drivers/memory.js';
 import type { CompletedRecord, EncryptionKey, IdempotencyEvent, IdempotencyRecord, IdempotencyStore } from '../../src/index.js';

@@ -11,7 +11,7 @@ import { validator } from 'hono/validator';
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { withIdempotency } from '../../adapters/fetch.js';
-import { idempotency } from '../../adapters/hono.js';
+import { idempotency } from '../../adapters/hono/index.js';
 import { headersView, requestTarget } from '../../adapters/internal/web-io.js';
 import type { IdempotencyEvent } from '../../src/events.js';
 

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { bodyParser } from '@koa/bodyparser';
 import Koa from 'koa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { idempotency as koaIdempotency } from '../../adapters/koa.js';
+import { idempotency as koaIdempotency } from '../../adapters/koa/index.js';
 import { memoryStore } from '../../drivers/memory.js';
 import { expectProblem, send } from './client.js';
 

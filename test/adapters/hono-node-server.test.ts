@@ -14,7 +14,7 @@ import { Hono } from 'hono';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { withIdempotency } from '../../adapters/fetch.js';
-import { idempotency } from '../../adapters/hono.js';
+import { idempotency } from '../../adapters/hono/index.js';
 import { keptParts, unreadNodeIncoming } from '../../adapters/internal/hono-node-server.js';
 import { recordResponse } from '../../adapters/internal/web-io.js';
 import type { CapturedResponse, HttpClaim } from '../../src/http.js';

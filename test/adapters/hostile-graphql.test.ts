@@ -15,7 +15,7 @@ import { memoryStore } from '../../drivers/memory.js';
 import { storageKey } from '../../src/key.js';
 import { deserializeResult } from '../../src/serialize.js';
 import type { CompletedRecord, IdempotencyStore } from '../../src/store.js';
-import { Idempotent } from '../../adapters/nestjs.js';
+import { Idempotent } from '../../adapters/nestjs/index.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { COUNTER, Counter, GATE, Gate, startGraphqlApp } from './nest-graphql-app.js';
 

@@ -14,7 +14,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { idempotency as expressIdempotency } from '../../adapters/express.js';
 import fastifyIdempotency from '../../adapters/fastify.js';
-import { idempotency as koaIdempotency } from '../../adapters/koa.js';
+import { idempotency as koaIdempotency } from '../../adapters/koa/index.js';
 import { withIdempotency } from '../../adapters/node.js';
 import { send } from './client.js';
 

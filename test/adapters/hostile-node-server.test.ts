@@ -14,7 +14,7 @@ import { Readable } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { withIdempotency } from '../../adapters/fetch.js';
-import { idempotency } from '../../adapters/hono.js';
+import { idempotency } from '../../adapters/hono/index.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { send } from './client.js';
 import { countingStore, type StoreMethod } from './store-wrappers.js';

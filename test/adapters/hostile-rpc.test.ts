@@ -16,7 +16,7 @@ import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-
 import { firstValueFrom } from 'rxjs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { withIdempotency } from '../../adapters/node.js';
-import { Idempotent, IdempotencyModule } from '../../adapters/nestjs.js';
+import { Idempotent, IdempotencyModule } from '../../adapters/nestjs/index.js';
 import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
 import type { IdempotencyStore } from '../../src/store.js';

@@ -7,7 +7,7 @@
  * return whole bodies: the streamed route answers its whole body at once.
  */
 import http from 'node:http';
-import { withIdempotency, type LambdaHttpEvent, type LambdaHttpResult } from '../../adapters/lambda.js';
+import { withIdempotency, type LambdaHttpEvent, type LambdaHttpResult } from '../../adapters/lambda/index.js';
 import type { AppBuilder } from './apps.js';
 import { readAll } from './apps.js';
 import { answers, HttpError, query, sleep, type Calls } from './web-apps.js';

@@ -9,7 +9,7 @@
 import middy from '@middy/core';
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { idempotencyMiddleware, idempotent, idempotentBatch, withIdempotency, type LambdaHttpEvent, type LambdaHttpResult } from '../../adapters/lambda.js';
+import { idempotencyMiddleware, idempotent, idempotentBatch, withIdempotency, type LambdaHttpEvent, type LambdaHttpResult } from '../../adapters/lambda/index.js';
 import { createStore } from '../../drivers/create-store.js';
 import { dynamodbStore } from '../../drivers/dynamodb.js';
 import type { IdempotencyStore } from '../../src/store.js';

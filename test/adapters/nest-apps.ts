@@ -29,7 +29,7 @@ import {
 import { Test } from '@nestjs/testing';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
-import { Idempotent, IdempotencyModule, type IdempotencyModuleOptions } from '../../adapters/nestjs.js';
+import { Idempotent, IdempotencyModule, type IdempotencyModuleOptions } from '../../adapters/nestjs/index.js';
 import { Calls, answers, query, sleep } from './web-apps.js';
 import type { RunningApp } from './apps.js';
 

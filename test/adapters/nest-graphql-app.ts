@@ -13,7 +13,7 @@ import { Test } from '@nestjs/testing';
 import { afterEach } from 'vitest';
 import type { IdempotencyEvent } from '../../src/events.js';
 import type { IdempotencyStore } from '../../src/store.js';
-import { IdempotencyModule, type IdempotencyModuleOptions } from '../../adapters/nestjs.js';
+import { IdempotencyModule, type IdempotencyModuleOptions } from '../../adapters/nestjs/index.js';
 
 export const COUNTER = Symbol('counter');
 export const GATE = Symbol('gate');

@@ -6,7 +6,7 @@
 import 'reflect-metadata';
 import type http from 'node:http';
 import { Body, Controller, Headers, Module, Post } from '@nestjs/common';
-import { Idempotent, IdempotencyModule } from '../../adapters/nestjs.js';
+import { Idempotent, IdempotencyModule } from '../../adapters/nestjs/index.js';
 import { listenNest } from './nest-apps.js';
 
 const [platform, url] = process.argv.slice(2);

@@ -8,7 +8,7 @@
 import 'reflect-metadata';
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import pg from 'pg';
-import { Idempotent, IdempotencyModule, IdempotentTransaction, type NestTransaction } from '../../adapters/nestjs.js';
+import { Idempotent, IdempotencyModule, IdempotentTransaction, type NestTransaction } from '../../adapters/nestjs/index.js';
 import { listenNest } from './nest-apps.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { POSTGRES_URL } from '../helpers/services.js';

@@ -16,7 +16,7 @@ import { afterAll, describe, expect, it, vi } from 'vitest';
 import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
 import type { IdempotencyStore } from '../../src/store.js';
-import { Idempotent, IdempotencyModule, type IdempotencyModuleOptions } from '../../adapters/nestjs.js';
+import { Idempotent, IdempotencyModule, type IdempotencyModuleOptions } from '../../adapters/nestjs/index.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { COUNTER, Counter, GATE, Gate, sleep, startGraphqlApp, type GraphqlResult } from './nest-graphql-app.js';
 

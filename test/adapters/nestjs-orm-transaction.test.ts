@@ -20,7 +20,7 @@ import { integer, pgTable, serial, varchar } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import { DataSource, EntitySchema, type EntityManager } from 'typeorm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Idempotent, IdempotencyModule, IdempotentTransaction, type NestTransaction } from '../../adapters/nestjs.js';
+import { Idempotent, IdempotencyModule, IdempotentTransaction, type NestTransaction } from '../../adapters/nestjs/index.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { drizzleTransactions, type DrizzleTransaction } from '../../drivers/transactions/drizzle.js';
 import { prismaTransactions } from '../../drivers/transactions/prisma.js';

@@ -39,7 +39,7 @@ import {
   IdempotencyModule,
   type IdempotencyModuleOptions,
   type RpcRefusal,
-} from '../../adapters/nestjs.js';
+} from '../../adapters/nestjs/index.js';
 import { importsFromSources } from '../helpers/package-imports.js';
 import { AMQP_URL, REDIS_URL, serviceAvailable } from '../helpers/services.js';
 

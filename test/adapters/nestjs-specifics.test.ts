@@ -58,7 +58,7 @@ import {
   IdempotencyRejection,
   SkipIdempotency,
   type IdempotencyModuleOptions,
-} from '../../adapters/nestjs.js';
+} from '../../adapters/nestjs/index.js';
 import { REDIS_URL, serviceAvailable } from '../helpers/services.js';
 import { expectProblem, send, type SendOptions } from './client.js';
 

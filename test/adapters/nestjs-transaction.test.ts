@@ -25,7 +25,7 @@ import {
   IdempotentTransaction,
   type IdempotencyModuleOptions,
   type NestTransaction,
-} from '../../adapters/nestjs.js';
+} from '../../adapters/nestjs/index.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { memoryStore } from '../../drivers/memory.js';
 import { poolWithCommit } from '../helpers/pg-faults.js';

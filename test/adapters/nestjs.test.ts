@@ -3,7 +3,7 @@ import type { AppOptions } from './apps.js';
 import { send } from './client.js';
 import { startNestApp, type NestPlatform } from './nest-apps.js';
 import { httpConformanceSuite, type Scenario } from '../suites/http-conformance.suite.js';
-import type { IdempotencyModuleOptions } from '../../adapters/nestjs.js';
+import type { IdempotencyModuleOptions } from '../../adapters/nestjs/index.js';
 
 /** Rows Nest answers its own way: a thrown HttpException is an answer, and a StreamableFile runs unprotected. */
 const skip = [

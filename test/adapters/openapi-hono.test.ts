@@ -7,7 +7,7 @@
  */
 import { createRoute, OpenAPIHono, z } from '@hono/zod-openapi';
 import { describe, expect, it } from 'vitest';
-import { idempotency, idempotentRoute } from '../../adapters/hono.js';
+import { idempotency, idempotentRoute } from '../../adapters/hono/index.js';
 import { memoryStore } from '../../drivers/memory.js';
 import type { OpenApiDocument } from '../../src/openapi.js';
 import { addedParts, clientTypesErrors, expectValidDocument } from '../helpers/openapi.js';

@@ -90,7 +90,7 @@ const builds: Record<string, Build> = {
     const { default: Koa } = await import('koa');
     const { default: koaJwt } = await import('koa-jwt');
     const { bodyParser } = await import('@koa/bodyparser');
-    const { idempotency } = await import('../../adapters/koa.js');
+    const { idempotency } = await import('../../adapters/koa/index.js');
     const app = new Koa();
     app.use(koaJwt({ secret: SECRET, passthrough: true }) as never);
     app.use(idempotency({ store: memoryStore(), ...options } as never));
@@ -105,7 +105,7 @@ const builds: Record<string, Build> = {
   },
   async 'koa 2 + koa-passport-style ctx.state.user'(options, executions) {
     const { default: Koa } = await import('koa2');
-    const { idempotency } = await import('../../adapters/koa.js');
+    const { idempotency } = await import('../../adapters/koa/index.js');
     const app = new Koa();
     app.use(async (ctx, next) => {
       const header = ctx.get('authorization');
@@ -125,7 +125,7 @@ const builds: Record<string, Build> = {
     const { Hono } = await import('hono');
     const { jwt: honoJwt } = await import('hono/jwt');
     const { createAdaptorServer } = await import('@hono/node-server');
-    const { idempotency } = await import('../../adapters/hono.js');
+    const { idempotency } = await import('../../adapters/hono/index.js');
     const app = new Hono();
     const verify = honoJwt({ secret: SECRET, alg: 'HS256' });
     // Optional authentication: hono/jwt answers 401 without a token, so it runs only with one.
@@ -141,7 +141,7 @@ const builds: Record<string, Build> = {
   async "hono + session-style c.set('user')"(options, executions) {
     const { Hono } = await import('hono');
     const { createAdaptorServer } = await import('@hono/node-server');
-    const { idempotency } = await import('../../adapters/hono.js');
+    const { idempotency } = await import('../../adapters/hono/index.js');
     const app = new Hono<{ Variables: { user: { id: string } | undefined } }>();
     // What session middleware (Better Auth's Hono example, for one) leaves: a user with an id.
     app.use(async (c, next) => {

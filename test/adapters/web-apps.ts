@@ -8,7 +8,7 @@ import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
 import { stream as honoStream } from 'hono/streaming';
 import { withIdempotency as withFetchIdempotency } from '../../adapters/fetch.js';
-import { idempotency as honoIdempotency } from '../../adapters/hono.js';
+import { idempotency as honoIdempotency } from '../../adapters/hono/index.js';
 import type { IdempotencyOptions } from '../../src/http.js';
 
 /** The suite's options; `scope` / `fingerprint` read `req.headers[name]` (see `viaHeaders`). */

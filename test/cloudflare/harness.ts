@@ -20,7 +20,7 @@ import type { D1DatabaseLike, DurableObjectNamespaceLike } from '../../drivers/c
 import { Hono } from 'hono';
 import { stream as honoStream } from 'hono/streaming';
 import { withIdempotency } from '../../adapters/fetch.js';
-import { idempotency as honoIdempotency } from '../../adapters/hono.js';
+import { idempotency as honoIdempotency } from '../../adapters/hono/index.js';
 import type { IdempotencyEvent } from '../../src/events.js';
 import type { IdempotencyStore } from '../../src/store.js';
 import { countingStore, hangingStore, type StoreMethod } from '../adapters/store-wrappers.js';

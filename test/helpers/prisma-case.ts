@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { Database, OrmCase } from './orm-cases.js';
 import { MYSQL_URL, POSTGRES_URL } from './services.js';
+import { mariadbLogger } from './statement-sink.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const clientDir = (table: string) => join(root, 'node_modules', '.cache', 'ik-prisma', table);
@@ -86,6 +87,8 @@ export async function openPrisma(db: Database, table: string): Promise<OrmCase> 
       password: decodeURIComponent(url.password),
       database: url.pathname.slice(1),
       connectionLimit: 5,
+      // The connector's documented statement log, which the ORM suite counts.
+      logger: mariadbLogger,
     });
   }
   const prisma = new PrismaClient({ adapter });

@@ -292,7 +292,8 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
     });
 
     // Captured without adding properties to Express's response (the wrappers sit once on
-    // Express's own response object); the cases below are where that must still hold.
+    // Express's own response object: adapters/internal/express-response.ts, on Express 4 and
+    // 5); the cases below are where that must still hold.
     const ownMethods = (res: http.ServerResponse) => ['writeHead', 'write', 'end'].filter((m) => Object.hasOwn(res, m));
 
     it('the response gets no own writeHead / write / end from the layer, and an app without a layer on the same Express answers as before', async () => {

@@ -12,7 +12,7 @@ import Router from '@koa/router';
 import type Koa from 'koa';
 import { afterEach, describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
-import { idempotency } from '../../adapters/koa.js';
+import { idempotency } from '../../adapters/koa/index.js';
 import { Calls, readAll } from '../adapters/apps.js';
 import { expectProblem, send, sendAndAbort } from '../adapters/client.js';
 

@@ -28,6 +28,7 @@ import type { TransactionalStore, TransactionRunner, TransactionStatement } from
 import { createOrders, openOrm, quote, sqlOutside, urlOf, type Database, type OrmCase, type OrmName } from '../helpers/orm-cases.js';
 import { MYSQL_URL, POSTGRES_URL, serviceAvailable } from '../helpers/services.js';
 import { startWorker } from '../helpers/worker-process.js';
+import { onMariadbStatement } from '../helpers/statement-sink.js';
 
 const WORKER = fileURLToPath(new URL('../stores/orm-transaction-worker.ts', import.meta.url));
 const fresh = (prefix: string) => `${prefix}_${randomUUID().replaceAll('-', '').slice(0, 10)}`;
@@ -36,7 +37,12 @@ const require = createRequire(import.meta.url);
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 type AnyRunner = TransactionRunner<any>;
 
-/** Every statement a pg or mysql2 connection of this process sends, while `on`. */
+/**
+ * Every statement a pg, mysql2 or mariadb connection of this process sends, while `on`: through
+ * the drivers' documented methods (pg's `Client#query`, mysql2's `Connection#query` and
+ * `#execute`) and the mariadb connector's documented `logger.query` option (Prisma's MySQL
+ * adapter), never through a driver's internal modules.
+ */
 function statementLog(db: Database) {
   const texts: string[] = [];
   let on = false;
@@ -45,10 +51,12 @@ function statementLog(db: Database) {
   const targets: [Proto, string[]][] =
     db === 'postgres'
       ? [[pg.Client.prototype as unknown as Proto, ['query']]]
-      : [
-          [(require('mysql2') as { Connection: { prototype: Proto } }).Connection.prototype, ['query', 'execute']],
-          [(require('mariadb/lib/connection.js') as { prototype: Proto }).prototype, ['query', 'prepareExecute']],
-        ];
+      : [[(require('mysql2') as { Connection: { prototype: Proto } }).Connection.prototype, ['query', 'execute']]];
+  // One line per statement sent (a prepared statement's PREPARE is followed by its EXECUTE).
+  if (db !== 'postgres') onMariadbStatement((message) => {
+    const sent = /^(?:QUERY|EXECUTE: \(-?\d+\) sql): ([\s\S]*)$/.exec(message);
+    if (on && sent) texts.push(sent[1]!);
+  });
   const originals: [Proto, string, unknown][] = [];
   for (const [target, methods] of targets) {
     for (const method of methods) {
@@ -75,6 +83,7 @@ function statementLog(db: Database) {
       return [...texts];
     },
     restore() {
+      onMariadbStatement(undefined);
       for (const [target, method, original] of originals) target[method] = original;
     },
   };

@@ -15,10 +15,10 @@
  * app.post('/orders', async (c) => c.json({ id: 42, ...(await c.req.json()) }, 201));
  */
 import type { Context, Env, MiddlewareHandler } from 'hono';
-import type { RawBody } from '../src/fingerprint.js';
-import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../src/http.js';
-import { idempotencyContract, inlineContract, type ContractSource } from '../src/openapi.js';
-import { lendBody } from './internal/hono-request.js';
+import type { RawBody } from '../../src/fingerprint.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type IdempotencyOptions } from '../../src/http.js';
+import { idempotencyContract, inlineContract, type ContractSource } from '../../src/openapi.js';
+import { formDataReadBefore, lendBody } from './hono-request.js';
 import {
   assertDeclaredLength,
   clientGoneFor,
@@ -32,7 +32,7 @@ import {
   requestInfo,
   toResponse,
   type WaitUntil,
-} from './internal/web-io.js';
+} from '../internal/web-io.js';
 
 /** Every option of the HTTP layer; `scope` and `fingerprint` receive Hono's `Context`. */
 export type HonoIdempotencyOptions<E extends Env = any> = IdempotencyOptions<Context<E>>;
@@ -84,10 +84,10 @@ export function idempotency<E extends Env = any>(options: HonoIdempotencyOptions
       if (request.bodyUsed) {
         // Read before us (a validator): Hono keeps the body; count it by its declared length.
         assertDeclaredLength(request.headers, layer.maxBodyBytes);
-        const cache = c.req.bodyCache as { arrayBuffer?: Promise<ArrayBuffer>; formData?: Promise<FormData> };
         // Only as form data (c.req.formData()): its bytes again would be a new serialisation
         // with a new boundary, so the entries count (parseBody() keeps the bytes too).
-        if (cache.arrayBuffer === undefined && cache.formData !== undefined) return formDataUpload(await cache.formData);
+        const form = formDataReadBefore(c.req);
+        if (form !== undefined) return formDataUpload(await form);
         return new Uint8Array(await c.req.arrayBuffer());
       }
       // On @hono/node-server, a small body is read from Node's message and left where the

@@ -11,11 +11,14 @@ import { RequestMethod, type Type } from '@nestjs/common';
 import { Reflector, type ModulesContainer } from '@nestjs/core';
 import type { Idempotency } from '../../src/http.js';
 import { idempotencyContract, inlineContract } from '../../src/openapi.js';
+import { httpCodeOf, routeMethod } from './nest-private.js';
 
 /** What this file uses of `@nestjs/swagger`. */
 export interface NestSwagger {
   ApiHeader(options: Record<string, unknown>): MethodDecorator;
   ApiResponse(options: Record<string, unknown>): MethodDecorator;
+  /** Its metadata keys (public: `DECORATORS` from its entry). */
+  DECORATORS?: { API_RESPONSE?: string };
 }
 
 let installed: NestSwagger | null | undefined;
@@ -57,7 +60,7 @@ export function documentHandlers<Req>(
         const descriptor = Object.getOwnPropertyDescriptor(proto, name);
         const handler = descriptor?.value as Function | undefined;
         if (name === 'constructor' || typeof handler !== 'function' || documented.has(handler)) continue;
-        const method = reflector.get<RequestMethod | undefined>('method', handler);
+        const method = routeMethod(handler);
         if (method === undefined) continue; // not a route
         let layer: Idempotency<Req> | null;
         try {
@@ -71,8 +74,8 @@ export function documentHandlers<Req>(
         const inline = inlineContract(idempotencyContract(layer, '3.0'));
         // Without response decorators of its own, @nestjs/swagger would write the handler's
         // success response (201 for POST, else 200, or its @HttpCode): kept, with the replay header.
-        if (reflector.get<unknown>('swagger/apiResponse', handler) === undefined) {
-          const status = reflector.get<number | undefined>('__httpCode__', handler) ?? (method === RequestMethod.POST ? 201 : 200);
+        if (reflector.get<unknown>(swagger.DECORATORS?.API_RESPONSE ?? 'swagger/apiResponse', handler) === undefined) {
+          const status = httpCodeOf(handler) ?? (method === RequestMethod.POST ? 201 : 200);
           swagger.ApiResponse({ status, description: '', headers: { [inline.replayedHeader.name]: inline.replayedHeader.header } })(proto, name, descriptor!);
         }
         const { name: header, ...parameter } = inline.parameter;

@@ -17,10 +17,11 @@
  * app.listen(3000);
  */
 import type { Context, Middleware, Next } from 'koa';
-import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { isJsonType, ParsedJsonBody, type RawBody } from '../src/fingerprint.js';
-import { abandonOnClose, assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from './internal/node-io.js';
-import { uploadBody, type UploadSource } from './internal/uploads.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type CapturedResponse, type HttpClaim, type IdempotencyOptions } from '../../src/http.js';
+import { isJsonType, ParsedJsonBody, type RawBody } from '../../src/fingerprint.js';
+import { abandonOnClose, assertDeclaredLength, bodyConsumed, captureStream, endAfterDrain, isMultipart, keyHeaderLines, readBody, restoreBody, toNodeStream } from '../internal/node-io.js';
+import { uploadBody, type UploadSource } from '../internal/uploads.js';
+import { explicitNullBody } from './koa-response.js';
 
 /** Every option of `IdempotencyOptions`; `scope` and `fingerprint` get the Koa context. */
 export type KoaIdempotencyOptions = IdempotencyOptions<Context>;
@@ -28,7 +29,6 @@ export type KoaIdempotencyOptions = IdempotencyOptions<Context>;
 /** Statuses Koa answers without a body whatever `ctx.body` holds. */
 const EMPTY_STATUSES = new Set([204, 205, 304]);
 
-type KoaBodyState = Context['response'] & { _explicitNullBody?: boolean };
 type ParsedRequest = Context['request'] & { body?: unknown; rawBody?: unknown; file?: unknown; files?: unknown };
 
 const uploadSource: UploadSource = {
@@ -60,7 +60,7 @@ function finishFromContext(ctx: Context, claim: HttpClaim): Promise<void> | unde
   // sees a Buffer, as it does on a replay.
   let sendBytes = false;
   if (body === null || body === undefined) {
-    if ((ctx.response as KoaBodyState)._explicitNullBody || EMPTY_STATUSES.has(status)) bytes = Buffer.alloc(0);
+    if (explicitNullBody(ctx.response) === true || EMPTY_STATUSES.has(status)) bytes = Buffer.alloc(0);
     else {
       // Koa would answer the status text as text/plain; say so now, so that the replay,
       // which has a body, sends exactly the same.

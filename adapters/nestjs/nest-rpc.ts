@@ -19,6 +19,7 @@ import type { KeySpace } from '../../src/key.js';
 import type { EngineOptions } from '../../src/options.js';
 import { serializeResult } from '../../src/serialize.js';
 import { assertFunction, assertInteger, describeValue } from '../../src/validate.js';
+import { messagePatternOf } from './nest-private.js';
 
 /**
  * The transport context a message handler gets (`@Ctx()`): a `NatsContext`, an
@@ -110,8 +111,6 @@ export interface RpcRefusal {
 }
 
 const RPC_KEYS = new Set(['key', 'scope', 'fingerprint', 'required', 'ttl', 'onReplay', 'keySpace']);
-/** `@nestjs/microservices`' metadata key of `@MessagePattern()` / `@EventPattern()` (stable in Nest 11 and 12). */
-const PATTERN_METADATA = 'microservices:pattern';
 
 /** Checks `rpc` options (module, class or handler level), with a TypeError naming the option. */
 export function checkRpcOptions(rpc: unknown): asserts rpc is IdempotentRpcOptions | undefined {
@@ -274,8 +273,7 @@ export class NestRpc {
 
   /** Whether a handler is a message or event handler (`@MessagePattern()`, `@EventPattern()`). */
   static isMessageHandler(handler: Function): boolean {
-    const get = (Reflect as unknown as { getMetadata?(k: string, t: object): unknown }).getMetadata;
-    return get?.(PATTERN_METADATA, handler) !== undefined;
+    return messagePatternOf(handler) !== undefined;
   }
 
   /** The protection of a handler, built (and its options checked) once; null when not `@Idempotent()`. */
@@ -297,8 +295,7 @@ export class NestRpc {
 
   /** A handler's key space: `rpc.keySpace`, else its message pattern and method name (class names change under minifiers). */
   #spaceOf(controller: Type<unknown>, handler: Function, keySpace: string | undefined): KeySpace {
-    const get = (Reflect as unknown as { getMetadata?(k: string, t: object): unknown }).getMetadata;
-    const name = keySpace ?? `${JSON.stringify(get?.(PATTERN_METADATA, handler) ?? null)}#${handler.name}`;
+    const name = keySpace ?? `${JSON.stringify(messagePatternOf(handler) ?? null)}#${handler.name}`;
     const where = `${controller.name}.${handler.name}`;
     const holder = this.#spaces.get(name);
     if (holder !== undefined && holder.handler !== handler) {

@@ -17,7 +17,7 @@ import {
   type TransactionResponse,
 } from '../../src/transaction.js';
 import { setRejectionHeaders, type PlatformResponse } from './nest-http.js';
-import { sendResponse } from './node-io.js';
+import { sendResponse } from '../internal/node-io.js';
 
 /**
  * What `work` returns: the response to store and send. `status` defaults to the handler's

@@ -50,16 +50,17 @@ import {
 } from '@nestjs/common';
 import { ModulesContainer, Reflector } from '@nestjs/core';
 import { Observable, defer, lastValueFrom, type Subscriber, type Subscription } from 'rxjs';
-import type { IdempotencyError } from '../src/errors.js';
-import type { RawBody } from '../src/fingerprint.js';
-import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type HttpDecision, type IdempotencyOptions } from '../src/http.js';
-import type { HttpResponse } from '../src/problem.js';
-import type { IdempotencyStore } from '../src/store.js';
-import { declareReprototyped, ObjectSlot } from '../src/object-slot.js';
-import { forgetRequestTransaction } from '../src/transaction.js';
-import { setRejectionHeaders } from './internal/nest-http.js';
-import { documentHandlers } from './internal/nest-swagger.js';
-import { transactionDecorator } from './internal/nest-transaction.js';
+import type { IdempotencyError } from '../../src/errors.js';
+import type { RawBody } from '../../src/fingerprint.js';
+import { Idempotency, userIdentity, type AdapterDefaults, type HttpClaim, type HttpDecision, type IdempotencyOptions } from '../../src/http.js';
+import type { HttpResponse } from '../../src/problem.js';
+import type { IdempotencyStore } from '../../src/store.js';
+import { declareReprototyped, ObjectSlot } from '../../src/object-slot.js';
+import { forgetRequestTransaction } from '../../src/transaction.js';
+import { setRejectionHeaders } from './nest-http.js';
+import { handlerTakesOver, silenceReplies, type HandlerTakesOver } from './nest-private.js';
+import { documentHandlers } from './nest-swagger.js';
+import { transactionDecorator } from './nest-transaction.js';
 import {
   abandonOnClose,
   assertDeclaredLength,
@@ -70,13 +71,13 @@ import {
   restoreBody,
   sendResponse,
   setRequestBody,
-} from './internal/node-io.js';
-import { captureExpressResponse } from './internal/express-response.js';
-import { NestRpc, checkRpcOptions, type IdempotentRpcOptions } from './internal/nest-rpc.js';
-import { checkGraphqlOptions, checkResolverLayer, graphqlExtensions, resolverCovered, runResolver, type GraphqlIdempotencyOptions } from './internal/nest-graphql.js';
+} from '../internal/node-io.js';
+import { captureExpressResponse } from '../internal/express-response.js';
+import { NestRpc, checkRpcOptions, type IdempotentRpcOptions } from './nest-rpc.js';
+import { checkGraphqlOptions, checkResolverLayer, graphqlExtensions, resolverCovered, runResolver, type GraphqlIdempotencyOptions } from './nest-graphql.js';
 
-export type { IdempotentRpcOptions, RpcContext, RpcRefusal } from './internal/nest-rpc.js';
-export type { GraphqlContext, GraphqlIdempotencyOptions, ResolverInfo, ResolverKeyFunction } from './internal/nest-graphql.js';
+export type { IdempotentRpcOptions, RpcContext, RpcRefusal } from './nest-rpc.js';
+export type { GraphqlContext, GraphqlIdempotencyOptions, ResolverInfo, ResolverKeyFunction } from './nest-graphql.js';
 
 /**
  * The request as a Nest handler sees it: Express's `req` on @nestjs/platform-express, the
@@ -168,7 +169,7 @@ export function SkipIdempotency(): ClassDecorator & MethodDecorator {
   return Idempotent(false);
 }
 
-export type { NestTransaction, NestTransactionResponse } from './internal/nest-transaction.js';
+export type { NestTransaction, NestTransactionResponse } from './nest-transaction.js';
 /**
  * `@IdempotentTransaction() tx: NestTransaction<pg.PoolClient>` on a protected handler, on a
  * PostgreSQL store: `tx(work)` runs `work` in a transaction and stores the response it
@@ -230,68 +231,13 @@ const nestDefaults: AdapterDefaults<NestRequest> = {
   scopeExample: '(request) => request.user.id',
 };
 
-/** Nest's own metadata keys (stable across Nest 11 and 12). */
-const SSE_METADATA = '__sse__';
-const ROUTE_ARGS_METADATA = '__routeArguments__';
-const RESPONSE_PARAM = 1;
-const NEXT_PARAM = 2;
-const PASSTHROUGH_METADATA = '__responsePassthrough__';
-
-type Unprotected = 'SSE' | '@Res() without passthrough' | 'StreamableFile';
+type Unprotected = HandlerTakesOver | 'StreamableFile';
 
 /** The requests the interceptor took (once per request, also when it is bound a second time). */
 const handledRequests = new ObjectSlot<true>('handled');
 
 /** The platform response: Express's `res` or Fastify's reply (with `.raw`). */
 type PlatformResponse = Record<string, unknown> & { raw?: ServerResponse };
-
-/** reflect-metadata's `Reflect.getMetadata`, which Nest loads. */
-const metadata = (key: string, target: object, property?: string): unknown =>
-  (Reflect as unknown as { getMetadata?(k: string, t: object, p?: string): unknown }).getMetadata?.(key, target, property);
-
-/** Why a handler runs unprotected, read from its metadata: SSE, or `@Res()` / `@Next()` without passthrough. */
-function unprotectedBy(controller: Type<unknown>, handler: Function): Unprotected | undefined {
-  if (metadata(SSE_METADATA, handler)) return 'SSE';
-  const args = (metadata(ROUTE_ARGS_METADATA, controller, handler.name) ?? {}) as Record<string, unknown>;
-  const handled = Object.keys(args).some((id) => {
-    const type = Number(id.split(':')[0]);
-    return type === RESPONSE_PARAM || type === NEXT_PARAM;
-  });
-  if (handled && metadata(PASSTHROUGH_METADATA, controller, handler.name) !== true) return '@Res() without passthrough';
-  return undefined;
-}
-
-/** The reply methods Nest may call on a response the layer answered itself. */
-const REPLY_METHODS = ['status', 'code', 'send', 'json', 'redirect', 'render', 'end'];
-/** Per prototype of platform responses: an object on it whose reply methods do nothing. */
-const silenced = new WeakMap<object, object>();
-const returnThis = function (this: unknown) {
-  return this;
-};
-
-/**
- * Make a platform response's reply methods no-ops: the layer answered it (a replay). The
- * response gets a prototype of its own prototype's whose methods do nothing (made once per
- * prototype): one change of the object's shape, where defining the seven methods on it
- * would make seven (on Express's responses each builds a hidden class of its own). Methods
- * something defined on the response itself (a middleware wrapping `end`) are replaced too.
- */
-function answered(res: PlatformResponse): void {
-  const prototype = Object.getPrototypeOf(res) as object | null;
-  if (prototype === null) return;
-  let silent = silenced.get(prototype);
-  if (silent === undefined) {
-    silent = Object.create(prototype) as Record<string, unknown>;
-    for (const name of REPLY_METHODS) if (typeof res[name] === 'function') (silent as Record<string, unknown>)[name] = returnThis;
-    silenced.set(prototype, silent);
-  }
-  Object.setPrototypeOf(res, silent);
-  for (const name of REPLY_METHODS) {
-    if (Object.prototype.hasOwnProperty.call(res, name) && typeof res[name] === 'function') {
-      Object.defineProperty(res, name, { value: returnThis, configurable: true, writable: true });
-    }
-  }
-}
 
 /**
  * The module's interceptor, which `@Idempotent()` binds to the classes and handlers it
@@ -389,7 +335,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     if (res.raw === undefined) declareReprototyped(req, res);
     handledRequests.set(req, true);
     let unprotected = this.#unprotected.get(handler);
-    if (unprotected === undefined) this.#unprotected.set(handler, (unprotected = unprotectedBy(controller, handler) ?? null));
+    if (unprotected === undefined) this.#unprotected.set(handler, (unprotected = handlerTakesOver(controller, handler) ?? null));
     if (unprotected) {
       this.#warnOnce(unprotected, `${controller.name}.${handler.name}`);
       return next.handle();
@@ -452,7 +398,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
             .headers(headers)
             .send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
         } else sendResponse(rawRes, decision.response);
-        answered(res);
+        silenceReplies(res);
         subscriber.next(undefined);
         subscriber.complete();
         return undefined;
@@ -498,7 +444,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     });
   }
 
-  /** A GraphQL resolver (adapters/internal/nest-graphql.ts): protected mutations run once per key. */
+  /** A GraphQL resolver (nest-graphql.ts): protected mutations run once per key. */
   #resolver(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     const handler = context.getHandler();
     const layer = this.layerFor(context.getClass(), handler);

@@ -16,10 +16,10 @@
  *   { store }, // scope: the authorizer's principal (JWT sub, Lambda authorizer, IAM)
  * );
  */
-import { idempotentBatch as batchOf, type BatchResult, type IdempotentBatchOptions } from '../src/batch.js';
-import { Idempotency, type HttpClaim, type IdempotencyOptions } from '../src/http.js';
-import { idempotent as idempotentCall, type IdempotentOptions } from '../src/idempotent.js';
-import { failureKind } from '../src/outcome.js';
+import { idempotentBatch as batchOf, type BatchResult, type IdempotentBatchOptions } from '../../src/batch.js';
+import { Idempotency, type HttpClaim, type IdempotencyOptions } from '../../src/http.js';
+import { idempotent as idempotentCall, type IdempotentOptions } from '../../src/idempotent.js';
+import { failureKind } from '../../src/outcome.js';
 import {
   PRINCIPAL_SOURCE,
   capturedResult,
@@ -31,9 +31,9 @@ import {
   type LambdaEventKind,
   type LambdaHttpEvent,
   type LambdaHttpResult,
-} from './internal/lambda-io.js';
+} from './lambda-io.js';
 
-export type { LambdaHttpEvent, LambdaHttpResult } from './internal/lambda-io.js';
+export type { LambdaHttpEvent, LambdaHttpResult } from './lambda-io.js';
 
 /** The parts of Lambda's context object the layer reads. */
 export interface LambdaContext {

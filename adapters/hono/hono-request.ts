@@ -2,10 +2,17 @@
  * Hand the request body the Hono middleware read (to fingerprint it) on to what runs after
  * it, without building a second `Request` for every request. Internal (not a package
  * sub-path); Hono is imported for its types only.
+ *
+ * This is the one file that reads Hono's private state: its request's body cache
+ * (`bodyCache`, which its body methods consult before `raw`) and its request class, which
+ * gets a subclass of its own on the request. When that shape is not there (another Hono,
+ * a request whose prototype cannot change), the body is lent through Hono's public API
+ * instead: `c.req.raw` becomes a `Request` with the same bytes, built at once.
+ * test/adapters/hono-request.test.ts pins the shape to the installed Hono and runs both.
  * @module
  */
 import type { HonoRequest } from 'hono';
-import { withBody } from './web-io.js';
+import { withBody } from '../internal/web-io.js';
 
 /** What the middleware read, and the `c.req.raw` handed out once something asked for it. */
 interface Lent {
@@ -27,6 +34,7 @@ const LENT = Symbol('idempotency-kit.lent');
 interface BodyCache {
   text?: Promise<string>;
   arrayBuffer?: Promise<ArrayBuffer>;
+  formData?: Promise<FormData>;
   [LENT]?: Lent;
 }
 const bodyCache = (req: HonoRequest) => req.bodyCache as unknown as BodyCache;
@@ -139,7 +147,8 @@ const RAW: PropertyDescriptor = {
  * it, pass it on to another fetch handler, or clone it. With `unread`, `request` can still
  * be read (@hono/node-server reads it again from Node's message), and is `c.req.raw`.
  */
-export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array, unread = false): void {
+export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array, unread = false, publicOnly = false): void {
+  if (publicOnly || !lendable(req)) return lendPublicly(req, request, bytes, unread);
   const cache = bodyCache(req);
   const buffer = bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes.buffer : bytes.slice().buffer;
   // Bytes only (text is made on first use): Hono makes a blob or form data from the first
@@ -147,7 +156,10 @@ export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array, 
   cache.arrayBuffer = Promise.resolve(buffer as ArrayBuffer);
   const before = cache[LENT];
   // Once per request, and the same change for every request: V8 keeps the object fast.
-  if (before === undefined) Object.setPrototypeOf(req, lendingPrototype(Object.getPrototypeOf(req)));
+  if (before === undefined && !Reflect.setPrototypeOf(req, lendingPrototype(Object.getPrototypeOf(req)))) {
+    delete cache.arrayBuffer;
+    return lendPublicly(req, request, bytes, unread);
+  }
   if (unread) {
     // The request still holds its body (the server reads it again): it is `c.req.raw`
     // itself, as Hono set it, so no accessor is needed (defining one costs a microsecond).
@@ -156,4 +168,37 @@ export function lendBody(req: HonoRequest, request: Request, bytes: Uint8Array, 
   }
   if (before?.accessor !== true) Object.defineProperty(req, 'raw', RAW);
   cache[LENT] = { request, bytes, accessor: true };
+}
+
+/** Whether Hono's request has the shape the lending above relies on. */
+export function lendable(req: HonoRequest): boolean {
+  const cache = (req as { bodyCache?: unknown }).bodyCache;
+  const proto = Object.getPrototypeOf(req) as Record<string, unknown> | null;
+  return (
+    typeof cache === 'object' &&
+    cache !== null &&
+    proto !== null &&
+    Object.isExtensible(req) &&
+    ['text', 'json', 'arrayBuffer', 'bytes', 'header'].every((name) => typeof proto[name] === 'function')
+  );
+}
+
+/**
+ * The fallback on Hono's public API: `c.req.raw` is a `Request` with the same bytes (Hono's
+ * body methods read it), or, still unread, the request itself.
+ */
+function lendPublicly(req: HonoRequest, request: Request, bytes: Uint8Array, unread: boolean): void {
+  req.raw = unread ? request : withBody(request, bytes);
+}
+
+/**
+ * The form data a handler-side reader took before the layer (`c.req.formData()`), when
+ * Hono's body cache holds only that: its bytes again would be a new serialisation with a
+ * new boundary. Undefined otherwise, and when the cache is not there (the body is then read
+ * through `c.req.arrayBuffer()`, Hono's public method).
+ */
+export function formDataReadBefore(req: HonoRequest): Promise<FormData> | undefined {
+  const cache = (req as { bodyCache?: unknown }).bodyCache as BodyCache | undefined;
+  if (typeof cache !== 'object' || cache === null) return undefined;
+  return cache.arrayBuffer === undefined ? cache.formData : undefined;
 }
