@@ -265,9 +265,10 @@ describe.skipIf(!available)('postgres store specifics', () => {
       'headers jsonb',
       'body bytea',
       'waiters boolean',
+      'sweep_at bigint',
     ]);
     const { rows: indexes } = await admin.query('SELECT indexname FROM pg_indexes WHERE tablename = $1 ORDER BY indexname', [name]);
-    expect(indexes.map((i) => i.indexname)).toEqual([`${name}_expires_at_idx`, `${name}_pkey`]);
+    expect(indexes.map((i) => i.indexname)).toEqual([`${name}_pkey`, `${name}_sweep_at_idx`]);
     const { rows } = await admin.query(`SELECT key, state FROM "${name}"`);
     expect(rows).toEqual([{ key: hashed("'; DROP TABLE x; --"), state: 'processing' }]);
     await store.close();
