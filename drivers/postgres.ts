@@ -345,19 +345,23 @@ RETURNING 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', CASE WHEN octet
 RETURNING 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) END`;
   const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint, sweep_at = greatest(sweep_at, ${NOW} + $3::bigint) WHERE ${OWNED} RETURNING 1 AS n`;
   // SKIP LOCKED: sweeps on several hosts never wait on each other or on a claim; the
-  // outer condition re-checks each row, so a row taken over meanwhile is kept. The sweep
-  // walks the index on sweep_at (or, on a table made by an earlier version, on expires_at);
-  // a row whose sweep_at passed is deleted only once its expires_at passed too.
-  const sweepSql = (column: 'sweep_at' | 'expires_at') => `WITH swept AS (
+  // outer condition re-checks each row, so a row taken over meanwhile is kept. The
+  // background sweep walks the index on sweep_at (or, on a table made by an earlier
+  // version, on expires_at); a row whose sweep_at passed is deleted only once its
+  // expires_at passed too. The maintenance sweep (`store.sweep()`) takes every expired
+  // row, in the table's order when no index on expires_at serves it.
+  const sweepSql = (walk: 'sweep_at' | 'expires_at' | 'table') => `WITH swept AS (
   DELETE FROM ${quoted} WHERE key IN (
-    SELECT key FROM ${quoted} WHERE ${column === 'sweep_at' ? `sweep_at <= ${NOW} AND ` : ''}expires_at <= ${NOW}
-    ORDER BY ${column} LIMIT $1 FOR UPDATE SKIP LOCKED
+    SELECT key FROM ${quoted} WHERE ${walk === 'sweep_at' ? `sweep_at <= ${NOW} AND ` : ''}expires_at <= ${NOW}
+    ${walk === 'table' ? '' : `ORDER BY ${walk} `}LIMIT $1 FOR UPDATE SKIP LOCKED
   ) AND expires_at <= ${NOW}
   RETURNING 1
 )
 SELECT count(*)::int AS n FROM swept`;
   let SWEEP = sweepSql('expires_at');
+  let SWEEP_ALL = SWEEP;
   let SWEEP_NAME = statement('sweep');
+  const SWEEP_ALL_NAME = statement('sweep_all');
   // The longest ttl this store completed a record with: a claim sets sweep_at that far past
   // its lease end, so that its completion (whose expiry then stays below sweep_at) leaves
   // every indexed column as it was and the row is updated in place (a heap-only update:
@@ -378,6 +382,7 @@ SELECT count(*)::int AS n FROM swept`;
         if ((index as { n?: unknown } | undefined)?.n === true) {
           SWEEP = sweepSql('sweep_at');
           SWEEP_NAME = statement('sweep_bound');
+          SWEEP_ALL = sweepSql('table');
         }
       })
       .catch((error: unknown) => {
@@ -431,8 +436,8 @@ SELECT count(*)::int AS n FROM swept`;
       },
       release: (key, token, storageKey) => changed(RELEASE, [key, token, notifyPayload(storageKey)], RELEASE_NAME),
       extend: (key, token, leaseMs) => changed(EXTEND, [key, token, leaseMs], EXTEND_NAME),
-      async sweep(limit) {
-        const [row] = await exec(SWEEP, [limit], SWEEP_NAME);
+      async sweep(limit, everything) {
+        const [row] = await (everything ? exec(SWEEP_ALL, [limit], SWEEP_ALL === SWEEP ? SWEEP_NAME : SWEEP_ALL_NAME) : exec(SWEEP, [limit], SWEEP_NAME));
         return row?.n ?? 0;
       },
       // Maintenance (the command line): any state, any owner.
