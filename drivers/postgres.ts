@@ -226,7 +226,8 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   const RELEASE_NAME = statement('release');
   const EXTEND_NAME = statement('extend');
   // The database clock, in epoch ms: one clock for every host, so leases are fair.
-  const NOW = `(extract(epoch from statement_timestamp()) * 1000)::bigint`;
+  // date_part is float8 arithmetic (extract is numeric since PostgreSQL 14, slower).
+  const NOW = `(date_part('epoch', statement_timestamp()) * 1000)::bigint`;
   const COLUMNS = 'state, fingerprint, token, created_at, expires_at, status, headers, body';
   // A lock id derived from the table name serialises concurrent first-use DDL across
   // processes (CREATE TABLE IF NOT EXISTS alone can fail on pg_type's unique index).
