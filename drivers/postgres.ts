@@ -229,6 +229,8 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   // date_part is float8 arithmetic (extract is numeric since PostgreSQL 14, slower).
   const NOW = `(date_part('epoch', statement_timestamp()) * 1000)::bigint`;
   const COLUMNS = 'state, fingerprint, token, created_at, expires_at, status, headers, body';
+  // The table has no CHECK on state (only these statements write it): PostgreSQL would
+  // parse and plan a CHECK's expression again in every statement that writes a row.
   // A lock id derived from the table name serialises concurrent first-use DDL across
   // processes (CREATE TABLE IF NOT EXISTS alone can fail on pg_type's unique index).
   const lockId = createHash('sha1').update(`idempotency-kit:${table}`).digest().readInt32BE(0);
@@ -239,7 +241,7 @@ BEGIN
   IF to_regclass('${quoted.replaceAll("'", "''")}') IS NULL THEN
     CREATE TABLE ${quoted} (
       key text PRIMARY KEY,
-      state text NOT NULL CHECK (state IN ('processing', 'completed')),
+      state text NOT NULL,
       fingerprint text NOT NULL,
       token text NOT NULL,
       created_at bigint NOT NULL,
