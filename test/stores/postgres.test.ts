@@ -358,17 +358,17 @@ describe.skipIf(!available)('postgres store specifics', () => {
     await store.complete('short', 's', response, 600); // the store now knows a ttl of 600 ms
     await store.claim('abandoned', claimOf('a'), 200); // its lease ends; nobody completes it
     await store.claim('long', claimOf('l'), 300);
-    await store.complete('long', 'l', response, 2500); // longer than any ttl the claim knew: sweep_at moves
+    await store.complete('long', 'l', response, 4000); // longer than any ttl the claim knew: sweep_at moves
     // A row as an earlier release writes it into this table (sweep_at left at its default):
     // past its sweep bound from the start, but live.
     const now = Date.now();
-    await admin.query(`INSERT INTO "${name}" (key, state, fingerprint, token, created_at, expires_at) VALUES ('legacy', 'processing', 'fp', 'old', $1, $2)`, [now, now + 8000]);
+    await admin.query(`INSERT INTO "${name}" (key, state, fingerprint, token, created_at, expires_at) VALUES ('legacy', 'processing', 'fp', 'old', $1, $2)`, [now, now + 15_000]);
     await vi.waitFor(
       async () => {
         const { rows } = await admin.query(`SELECT key FROM "${name}" ORDER BY key`);
         expect(rows.map((r) => r.key)).toEqual(['legacy', 'long']);
       },
-      { timeout: 2000, interval: 50 },
+      { timeout: 3500, interval: 50 },
     );
     expect(await store.get('long')).toMatchObject({ state: 'completed', token: 'l' });
     await vi.waitFor(
@@ -376,12 +376,12 @@ describe.skipIf(!available)('postgres store specifics', () => {
         const { rows } = await admin.query(`SELECT key FROM "${name}" ORDER BY key`);
         expect(rows.map((r) => r.key)).toEqual(['legacy']);
       },
-      { timeout: 5000, interval: 100 },
+      { timeout: 9000, interval: 100 },
     );
     expect(await store.get('legacy')).toMatchObject({ state: 'processing', token: 'old' });
     await admin.query(`DELETE FROM "${name}"`);
     // The maintenance sweep: a row whose lease ended is deleted at once, though its sweep
-    // bound (lease end + the known ttl, 2.5 s) is still ahead.
+    // bound (lease end + the ttl this store knows, 60 s) is still ahead.
     const quiet = postgresStore({ url: POSTGRES_URL, table: name, sweepIntervalMs: 0 });
     await quiet.claim('warm', claimOf('w'), 30_000);
     await quiet.complete('warm', 'w', response, 60_000);
