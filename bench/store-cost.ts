@@ -732,7 +732,13 @@ async function mariadbProbe(url: string): Promise<SqlProbe> {
            AND DIGEST_TEXT NOT LIKE 'CREATE%' AND DIGEST_TEXT NOT LIKE 'SHOW%'`,
       );
       const row = (rows as Record<string, unknown>[])[0]!;
-      return { calls: Number(row.calls), execUs: Number(row.us) };
+      const [each] = await c.query(
+        `SELECT left(DIGEST_TEXT, 40) AS q, COUNT_STAR AS calls, AVG_TIMER_WAIT / 1e6 AS us FROM performance_schema.events_statements_summary_by_digest
+         WHERE SCHEMA_NAME = 'cost' AND DIGEST_TEXT NOT LIKE '%performance_schema%' AND DIGEST_TEXT NOT LIKE 'SELECT @@%'
+           AND DIGEST_TEXT NOT LIKE 'CREATE%' AND DIGEST_TEXT NOT LIKE 'SHOW%' ORDER BY SUM_TIMER_WAIT DESC LIMIT 4`,
+      );
+      const breakdown = (each as Record<string, unknown>[]).map((r) => `${String(r.q)}… ×${Number(r.calls)} ${Number(r.us).toFixed(1)} µs`).join('; ');
+      return { calls: Number(row.calls), execUs: Number(row.us), breakdown };
     },
     async bytes(table) {
       await c.query(`ANALYZE TABLE ${table}`);

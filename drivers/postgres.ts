@@ -214,7 +214,7 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
     .split('.')
     .map((part) => `"${part}"`)
     .join('.');
-  const indexName = `"${table.split('.').pop()!.slice(0, 50)}_expires_at_idx"`;
+  const indexName = `"${table.split('.').pop()!.slice(0, 50)}_sweep_at_idx"`;
   // Statement names are per connection; the table is part of them so that two stores
   // with different tables on one pool never share a plan.
   const tableTag = createHash('sha1').update(table).digest('hex').slice(0, 12);
@@ -225,10 +225,12 @@ export function postgresStore(options: PostgresStoreOptions): IdempotencyStore {
   const COMPLETE_NAME = statement('complete');
   const RELEASE_NAME = statement('release');
   const EXTEND_NAME = statement('extend');
-  const SWEEP_NAME = statement('sweep');
   // The database clock, in epoch ms: one clock for every host, so leases are fair.
-  const NOW = `(extract(epoch from statement_timestamp()) * 1000)::bigint`;
+  // date_part is float8 arithmetic (extract is numeric since PostgreSQL 14, slower).
+  const NOW = `(date_part('epoch', statement_timestamp()) * 1000)::bigint`;
   const COLUMNS = 'state, fingerprint, token, created_at, expires_at, status, headers, body';
+  // The table has no CHECK on state (only these statements write it): PostgreSQL would
+  // parse and plan a CHECK's expression again in every statement that writes a row.
   // A lock id derived from the table name serialises concurrent first-use DDL across
   // processes (CREATE TABLE IF NOT EXISTS alone can fail on pg_type's unique index).
   const lockId = createHash('sha1').update(`idempotency-kit:${table}`).digest().readInt32BE(0);
@@ -239,7 +241,7 @@ BEGIN
   IF to_regclass('${quoted.replaceAll("'", "''")}') IS NULL THEN
     CREATE TABLE ${quoted} (
       key text PRIMARY KEY,
-      state text NOT NULL CHECK (state IN ('processing', 'completed')),
+      state text NOT NULL,
       fingerprint text NOT NULL,
       token text NOT NULL,
       created_at bigint NOT NULL,
@@ -247,16 +249,28 @@ BEGIN
       status integer,
       headers jsonb,
       body bytea,
-      waiters boolean NOT NULL DEFAULT false
-    );
-    CREATE INDEX ${indexName} ON ${quoted} (expires_at);
-  ELSIF NOT EXISTS (
-    SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('${quoted.replaceAll("'", "''")}') AND attname = 'waiters' AND NOT attisdropped
-  ) THEN
-    -- A table made by an earlier version: one column added once (no rewrite, a brief lock).
-    ALTER TABLE ${quoted} ADD COLUMN waiters boolean NOT NULL DEFAULT false;
+      waiters boolean NOT NULL DEFAULT false,
+      sweep_at bigint NOT NULL DEFAULT 0
+    ) WITH (fillfactor = 90);
+    CREATE INDEX ${indexName} ON ${quoted} (sweep_at);
+  ELSE
+    -- A table made by an earlier version: the columns it lacks, added once (no rewrite, a
+    -- brief lock). Its index on expires_at stays (earlier versions sweep with it), and so
+    -- does this version's sweep, until an operator moves it (docs/drivers/postgres.md).
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('${quoted.replaceAll("'", "''")}') AND attname = 'waiters' AND NOT attisdropped) THEN
+      ALTER TABLE ${quoted} ADD COLUMN waiters boolean NOT NULL DEFAULT false;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('${quoted.replaceAll("'", "''")}') AND attname = 'sweep_at' AND NOT attisdropped) THEN
+      ALTER TABLE ${quoted} ADD COLUMN sweep_at bigint NOT NULL DEFAULT 0;
+    END IF;
   END IF;
 END $$`;
+  // Whether the table's sweep index is on sweep_at (made by this version) or on expires_at
+  // (made by an earlier one): the sweep walks the index there is.
+  const SWEEP_INDEX = `SELECT EXISTS (
+  SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+  WHERE i.indrelid = to_regclass($1) AND a.attname = 'sweep_at'
+) AS n`;
 
   // A claim first looks without a lock: insert the key, or read the row there. That settles
   // it when the key was free (claimed), or the row is live and needs no write: completed (a
@@ -265,8 +279,8 @@ END $$`;
   // or a change committed since; those, an expired row, and a processing row not marked
   // yet go on to the claim under the row lock below.
   const CLAIM = `WITH claimed AS (
-  INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at)
-  VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint)
+  INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at, sweep_at)
+  VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint, ${NOW} + $5::bigint + $6::bigint)
   ON CONFLICT (key) DO NOTHING
   RETURNING true AS claimed, false AS expired, r.waiters, ${COLUMNS}
 )
@@ -287,8 +301,8 @@ SELECT false, expires_at <= ${NOW}, waiters, ${COLUMNS} FROM ${quoted} WHERE key
   const EXPIRED = `r.expires_at <= ${NOW}`;
   const fresh = (column: string, value: string) => `${column} = CASE WHEN ${EXPIRED} THEN ${value} ELSE r.${column} END`;
   const CLAIM_LOCKED = `WITH claimed AS (
-  INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at)
-  VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint)
+  INSERT INTO ${quoted} AS r (key, state, fingerprint, token, created_at, expires_at, sweep_at)
+  VALUES ($1, 'processing', $2, $3, $4, ${NOW} + $5::bigint, ${NOW} + $5::bigint + $6::bigint)
   ON CONFLICT (key) DO UPDATE
     SET ${[
       fresh('state', `'processing'`),
@@ -296,6 +310,7 @@ SELECT false, expires_at <= ${NOW}, waiters, ${COLUMNS} FROM ${quoted} WHERE key
       fresh('token', 'EXCLUDED.token'),
       fresh('created_at', 'EXCLUDED.created_at'),
       fresh('expires_at', 'EXCLUDED.expires_at'),
+      fresh('sweep_at', 'EXCLUDED.sweep_at'),
       fresh('status', 'NULL'),
       fresh('headers', 'NULL'),
       fresh('body', 'NULL'),
@@ -326,47 +341,74 @@ SELECT * FROM (
     'r', json_build_object('s', $4::integer, 'h', $5::jsonb, 'b', translate(encode($6::bytea, 'base64'), E'\\n', ''))
   ))::text`;
   const COMPLETE = `UPDATE ${quoted}
-SET state = 'completed', expires_at = ${NOW} + $3::bigint, status = $4, headers = $5::jsonb, body = $6
+SET state = 'completed', expires_at = ${NOW} + $3::bigint, sweep_at = greatest(sweep_at, ${NOW} + $3::bigint), status = $4, headers = $5::jsonb, body = $6
 WHERE ${OWNED}
 RETURNING 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', CASE WHEN octet_length(${WAKE}) <= 7900 THEN ${WAKE} ELSE json_build_object('k', $7::text)::text END) END`;
   const RELEASE = `DELETE FROM ${quoted} WHERE ${OWNED}
 RETURNING 1 AS n, CASE WHEN waiters THEN pg_notify('${channel}', json_build_object('k', $3::text, 'r', null)::text) END`;
-  const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint WHERE ${OWNED} RETURNING 1 AS n`;
+  const EXTEND = `UPDATE ${quoted} SET expires_at = ${NOW} + $3::bigint, sweep_at = greatest(sweep_at, ${NOW} + $3::bigint) WHERE ${OWNED} RETURNING 1 AS n`;
   // SKIP LOCKED: sweeps on several hosts never wait on each other or on a claim; the
-  // outer condition re-checks each row, so a row taken over meanwhile is kept.
-  const SWEEP = `WITH swept AS (
+  // outer condition re-checks each row, so a row taken over meanwhile is kept. The
+  // background sweep walks the index on sweep_at (or, on a table made by an earlier
+  // version, on expires_at); a row whose sweep_at passed is deleted only once its
+  // expires_at passed too. The maintenance sweep (`store.sweep()`) takes every expired
+  // row, in the table's order when no index on expires_at serves it.
+  const sweepSql = (walk: 'sweep_at' | 'expires_at' | 'table') => `WITH swept AS (
   DELETE FROM ${quoted} WHERE key IN (
-    SELECT key FROM ${quoted} WHERE expires_at <= ${NOW} ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+    SELECT key FROM ${quoted} WHERE ${walk === 'sweep_at' ? `sweep_at <= ${NOW} AND ` : ''}expires_at <= ${NOW}
+    ${walk === 'table' ? '' : `ORDER BY ${walk} `}LIMIT $1 FOR UPDATE SKIP LOCKED
   ) AND expires_at <= ${NOW}
   RETURNING 1
 )
 SELECT count(*)::int AS n FROM swept`;
+  let SWEEP = sweepSql('expires_at');
+  let SWEEP_ALL = SWEEP;
+  let SWEEP_NAME = statement('sweep');
+  const SWEEP_ALL_NAME = statement('sweep_all');
+  // The longest ttl this store completed a record with: a claim sets sweep_at that far past
+  // its lease end, so that its completion (whose expiry then stays below sweep_at) leaves
+  // every indexed column as it was and the row is updated in place (a heap-only update:
+  // no new index entries). A row is then swept at most that long after it expired; a
+  // completion past it moves sweep_at (an ordinary update).
+  let sweepSlackMs = 0;
+  const slack = (ttlMs: number) => {
+    if (ttlMs > sweepSlackMs) sweepSlackMs = ttlMs;
+  };
 
   let closed = false;
   let schema: Promise<void> | undefined;
   // The table, created once (also for a transaction that comes before any other call).
   const ensureSchema = (): Promise<void> => {
-    schema ??= run(ddl, []).then(
-      () => undefined,
-      (error: unknown) => {
+    schema ??= run(ddl, [])
+      .then(async () => {
+        const [index] = await run(SWEEP_INDEX, [quoted]);
+        if ((index as { n?: unknown } | undefined)?.n === true) {
+          SWEEP = sweepSql('sweep_at');
+          SWEEP_NAME = statement('sweep_bound');
+          SWEEP_ALL = sweepSql('table');
+        }
+      })
+      .catch((error: unknown) => {
         schema = undefined; // try again on the next call (the server may be back)
         throw error;
-      },
-    );
+      });
     return schema;
   };
   const exec = run;
   const changed = (text: string, values: unknown[], name: string) => exec(text, values, name).then(one);
   // For the transaction path: `key` as the store's methods receive it (not hashed).
-  const completeValues = (key: string, token: string, response: StoredResponse, ttlMs: number) => [
-    sqlKey(key),
-    token,
-    ttlMs,
-    response.status,
-    JSON.stringify(response.headers),
-    bodyBuffer(response.body),
-    notifyPayload(key),
-  ];
+  const completeValues = (key: string, token: string, response: StoredResponse, ttlMs: number) => {
+    slack(ttlMs);
+    return [
+      sqlKey(key),
+      token,
+      ttlMs,
+      response.status,
+      JSON.stringify(response.headers),
+      bodyBuffer(response.body),
+      notifyPayload(key),
+    ];
+  };
 
   const feed = listenConfig ? listenFeed(listenConfig, channel, timeoutMs) : undefined;
   const store = sqlStore(
@@ -377,7 +419,7 @@ SELECT count(*)::int AS n FROM swept`;
       // A loser whose row went between the conflict and its read (a release) sees no row;
       // the shared shape then reads again.
       async claim(key, request, leaseMs) {
-        const values = [key, request.fingerprint, request.token, request.createdAt, leaseMs];
+        const values = [key, request.fingerprint, request.token, request.createdAt, leaseMs, sweepSlackMs];
         const [row] = await exec(CLAIM, values, CLAIM_NAME);
         if (row?.claimed === true) return { claimed: true, row };
         if (row && row.expired !== true && (row.state === 'completed' || row.waiters === true)) return { claimed: false, row };
@@ -387,16 +429,18 @@ SELECT count(*)::int AS n FROM swept`;
         return locked ? { claimed: locked.claimed === true, row: locked } : { claimed: false };
       },
       get: (key) => exec(GET, [key], GET_NAME).then(([row]) => row),
-      complete: (key, token, completion) =>
-        changed(
+      complete: (key, token, completion) => {
+        slack(completion.ttlMs);
+        return changed(
           COMPLETE,
           [key, token, completion.ttlMs, completion.status, completion.headers, completion.body, notifyPayload(completion.storageKey)],
           COMPLETE_NAME,
-        ),
+        );
+      },
       release: (key, token, storageKey) => changed(RELEASE, [key, token, notifyPayload(storageKey)], RELEASE_NAME),
       extend: (key, token, leaseMs) => changed(EXTEND, [key, token, leaseMs], EXTEND_NAME),
-      async sweep(limit) {
-        const [row] = await exec(SWEEP, [limit], SWEEP_NAME);
+      async sweep(limit, everything) {
+        const [row] = await (everything ? exec(SWEEP_ALL, [limit], SWEEP_ALL === SWEEP ? SWEEP_NAME : SWEEP_ALL_NAME) : exec(SWEEP, [limit], SWEEP_NAME));
         return row?.n ?? 0;
       },
       // Maintenance (the command line): any state, any owner.

@@ -92,8 +92,12 @@ export interface SqlDialect {
   /** `storageKey`: the key as the store's methods received it, for wake-up messages. */
   release(key: string, token: string, storageKey: string): Promise<boolean>;
   extend(key: string, token: string, leaseMs: number): Promise<boolean>;
-  /** Delete up to `limit` expired rows (never one that is live again); how many went. */
-  sweep(limit: number): Promise<number>;
+  /**
+   * Delete up to `limit` expired rows (never one that is live again); how many went.
+   * `everything`: the maintenance sweep, which must find every expired row, also those a
+   * background sweep may leave for later (PostgreSQL's, which walks an upper bound).
+   */
+  sweep(limit: number, everything?: boolean): Promise<number>;
   /** Close what the dialect opened itself. */
   close(): Promise<void>;
   /** Maintenance (the command line): delete the row at `key` whatever its state; whether there was one. */
@@ -299,7 +303,7 @@ export function sqlStore(dialect: SqlDialect, options: SqlStoreOptions): Idempot
       // Every expired row, in the store's batches, with progress after each.
       let deleted = 0;
       for (;;) {
-        const n = await run(() => dialect.sweep(options.sweepBatchSize));
+        const n = await run(() => dialect.sweep(options.sweepBatchSize, true));
         deleted += n;
         opts.onProgress?.(deleted);
         if (n < options.sweepBatchSize || closed) return deleted;

@@ -265,9 +265,10 @@ describe.skipIf(!available)('postgres store specifics', () => {
       'headers jsonb',
       'body bytea',
       'waiters boolean',
+      'sweep_at bigint',
     ]);
     const { rows: indexes } = await admin.query('SELECT indexname FROM pg_indexes WHERE tablename = $1 ORDER BY indexname', [name]);
-    expect(indexes.map((i) => i.indexname)).toEqual([`${name}_expires_at_idx`, `${name}_pkey`]);
+    expect(indexes.map((i) => i.indexname)).toEqual([`${name}_pkey`, `${name}_sweep_at_idx`]);
     const { rows } = await admin.query(`SELECT key, state FROM "${name}"`);
     expect(rows).toEqual([{ key: hashed("'; DROP TABLE x; --"), state: 'processing' }]);
     await store.close();
@@ -324,6 +325,104 @@ describe.skipIf(!available)('postgres store specifics', () => {
     );
     expect(await store.get('live')).toMatchObject({ token: 't' });
     await store.close();
+  });
+
+  it('a completion updates its row in place (a heap-only update: no new index entries) once the store knows its ttl', async () => {
+    const name = table();
+    const store = postgresStore({ url: POSTGRES_URL, table: name, sweepIntervalMs: 0 });
+    const body = new Uint8Array(Buffer.from('x'.repeat(1152)));
+    for (let i = 0; i < 21; i++) {
+      expect((await store.claim(`k${i}`, claimOf(`t${i}`), 30_000)).claimed).toBe(true);
+      expect(await store.complete(`k${i}`, `t${i}`, { ...response, body }, 60_000)).toBe(true);
+    }
+    const { rows: bounds } = await admin.query(`SELECT count(*)::int AS n FROM "${name}" WHERE sweep_at < expires_at`);
+    expect(bounds).toEqual([{ n: 0 }]);
+    await store.close(); // its connections report their statistics as they end
+    // The first completion teaches the store its ttl; the claims after it leave room for it.
+    await vi.waitFor(
+      async () => {
+        const { rows } = await admin.query('SELECT n_tup_upd::int AS upd, n_tup_hot_upd::int AS hot FROM pg_stat_user_tables WHERE relname = $1', [name]);
+        expect(rows[0]).toMatchObject({ upd: 21 });
+        // Most: a page whose free space went to a new claim moves that completion to another
+        // page (fillfactor 90 leaves room for most), all on a server that prunes old versions.
+        expect(rows[0].hot).toBeGreaterThanOrEqual(14);
+      },
+      { timeout: 5000, interval: 200 },
+    );
+  });
+
+  it('S3: the background sweep deletes each row after it expired (within the longest ttl the store knows), never a live one; store.sweep() deletes every expired row at once', async () => {
+    const name = table();
+    const store = postgresStore({ url: POSTGRES_URL, table: name, sweepIntervalMs: 100 });
+    await store.claim('short', claimOf('s'), 300);
+    await store.complete('short', 's', response, 600); // the store now knows a ttl of 600 ms
+    await store.claim('abandoned', claimOf('a'), 200); // its lease ends; nobody completes it
+    await store.claim('long', claimOf('l'), 300);
+    await store.complete('long', 'l', response, 4000); // longer than any ttl the claim knew: sweep_at moves
+    // A row as an earlier release writes it into this table (sweep_at left at its default):
+    // past its sweep bound from the start, but live.
+    const now = Date.now();
+    await admin.query(`INSERT INTO "${name}" (key, state, fingerprint, token, created_at, expires_at) VALUES ('legacy', 'processing', 'fp', 'old', $1, $2)`, [now, now + 15_000]);
+    await vi.waitFor(
+      async () => {
+        const { rows } = await admin.query(`SELECT key FROM "${name}" ORDER BY key`);
+        expect(rows.map((r) => r.key)).toEqual(['legacy', 'long']);
+      },
+      { timeout: 3500, interval: 50 },
+    );
+    expect(await store.get('long')).toMatchObject({ state: 'completed', token: 'l' });
+    await vi.waitFor(
+      async () => {
+        const { rows } = await admin.query(`SELECT key FROM "${name}" ORDER BY key`);
+        expect(rows.map((r) => r.key)).toEqual(['legacy']);
+      },
+      { timeout: 9000, interval: 100 },
+    );
+    expect(await store.get('legacy')).toMatchObject({ state: 'processing', token: 'old' });
+    await admin.query(`DELETE FROM "${name}"`);
+    // The maintenance sweep: a row whose lease ended is deleted at once, though its sweep
+    // bound (lease end + the ttl this store knows, 60 s) is still ahead.
+    const quiet = postgresStore({ url: POSTGRES_URL, table: name, sweepIntervalMs: 0 });
+    await quiet.claim('warm', claimOf('w'), 30_000);
+    await quiet.complete('warm', 'w', response, 60_000);
+    await quiet.claim('gone', claimOf('g'), 100);
+    await quiet.claim('kept', claimOf('k'), 60_000);
+    await sleep(200);
+    expect(await quiet.sweep!()).toBe(1);
+    const { rows } = await admin.query(`SELECT key FROM "${name}" ORDER BY key`);
+    expect(rows.map((r) => r.key)).toEqual(['kept', 'warm']);
+    await Promise.all([store.close(), quiet.close()]);
+  });
+
+  it('a table made by the previous release (index on expires_at, no sweep_at) gets the column once, keeps its index, and is swept by it', async () => {
+    const name = table();
+    await admin.query(`CREATE TABLE "${name}" (key text PRIMARY KEY, state text NOT NULL CHECK (state IN ('processing', 'completed')),
+      fingerprint text NOT NULL, token text NOT NULL, created_at bigint NOT NULL, expires_at bigint NOT NULL,
+      status integer, headers jsonb, body bytea, waiters boolean NOT NULL DEFAULT false)`);
+    await admin.query(`CREATE INDEX "${name}_expires_at_idx" ON "${name}" (expires_at)`);
+    const now = Date.now();
+    await admin.query(
+      `INSERT INTO "${name}" (key, state, fingerprint, token, created_at, expires_at, status, headers, body) VALUES
+       ('done', 'completed', 'fp', 'old', 1, $1, 201, '{"content-type":"text/plain"}', 'ok'::bytea), ('expired', 'completed', 'fp', 'old', 1, $2, 201, '{}', 'ok'::bytea)`,
+      [now + 60_000, now - 1000],
+    );
+    const stores = Array.from({ length: 3 }, () => postgresStore({ url: POSTGRES_URL, table: name, poolSize: 2, sweepIntervalMs: 100 }));
+    const answers = await Promise.all(stores.map((store) => store.claim('done', claimOf('new'), 5000)));
+    for (const answer of answers) expect(answer).toMatchObject({ claimed: false, record: { state: 'completed', token: 'old' } });
+    expect((await stores[0]!.claim('fresh', claimOf('t'), 5000)).claimed).toBe(true);
+    expect(await stores[1]!.complete('fresh', 't', response, 60_000)).toBe(true);
+    await vi.waitFor(
+      async () => {
+        const { rows } = await admin.query(`SELECT key FROM "${name}" ORDER BY key`);
+        expect(rows.map((r) => r.key)).toEqual(['done', 'fresh']);
+      },
+      { timeout: 3000, interval: 100 },
+    );
+    const { rows: columns } = await admin.query('SELECT column_name FROM information_schema.columns WHERE table_name = $1 AND column_name = $2', [name, 'sweep_at']);
+    expect(columns).toHaveLength(1);
+    const { rows: indexes } = await admin.query('SELECT indexname FROM pg_indexes WHERE tablename = $1 ORDER BY indexname', [name]);
+    expect(indexes.map((i) => i.indexname)).toEqual([`${name}_expires_at_idx`, `${name}_pkey`]);
+    await Promise.all(stores.map((store) => store.close()));
   });
 
   it('S3: get on an expired record does not delete it (a fresh takeover is never lost)', async () => {
