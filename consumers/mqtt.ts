@@ -8,11 +8,12 @@
  * @module
  * @example
  * import mqtt from 'mqtt';
- * import { handleMqttMessages } from 'idempotency-kit/mqtt';
+ * import { idempotentMqttHandler } from 'idempotency-kit/mqtt';
  * const client = mqtt.connect(url, { protocolVersion: 5, clientId: 'shipper-1', clean: false, properties: { sessionExpiryInterval: 3600 } });
- * handleMqttMessages(client, async (packet) => shipOrder(JSON.parse(packet.payload.toString())), { store });
+ * idempotentMqttHandler(client, async (packet) => shipOrder(JSON.parse(packet.payload.toString())), { store });
  * client.subscribe('$share/shippers/orders', { qos: 1 });
  */
+import { deprecatedFunction } from '../src/deprecation.js';
 import { failureKind, type FailureKind } from '../src/outcome.js';
 import type { TransactionalStore } from '../src/transaction.js';
 import { assertFunction, assertInteger } from '../src/validate.js';
@@ -124,7 +125,7 @@ export interface MqttHandle {
  * With `transaction: true`: `fn(packet, client)` runs in a transaction of the store's
  * PostgreSQL database, which also completes the message's record before it commits.
  */
-export function handleMqttMessages<P extends MqttPacket, R, Client>(
+export function idempotentMqttHandler<P extends MqttPacket, R, Client>(
   client: MqttClientLike,
   fn: (packet: P, client: Client) => R,
   options: MqttTransactionOptions<P, Client>,
@@ -146,12 +147,12 @@ export function handleMqttMessages<P extends MqttPacket, R, Client>(
  * `sessionExpiryInterval` above 0), or an unacknowledged message is lost with its
  * connection; a client without one is refused unless `allowCleanSession` is set.
  */
-export function handleMqttMessages<P extends MqttPacket, R>(
+export function idempotentMqttHandler<P extends MqttPacket, R>(
   client: MqttClientLike,
   fn: (packet: P) => R,
   options: MqttHandlerOptions<P, Awaited<R>>,
 ): MqttHandle;
-export function handleMqttMessages<P extends MqttPacket, R>(
+export function idempotentMqttHandler<P extends MqttPacket, R>(
   client: MqttClientLike,
   fn: (packet: P, client?: unknown) => R,
   options: MqttHandlerOptions<P, Awaited<R>>,
@@ -239,3 +240,6 @@ export function handleMqttMessages<P extends MqttPacket, R>(
     },
   };
 }
+
+/** @deprecated Renamed `idempotentMqttHandler`; the old name works until the next minor release. */
+export const handleMqttMessages: typeof idempotentMqttHandler = deprecatedFunction(idempotentMqttHandler, 'handleMqttMessages()', 'idempotentMqttHandler()');

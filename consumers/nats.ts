@@ -5,11 +5,12 @@
  * `@nats-io/jetstream` 3.x and of `nats` 2.x; neither is imported.
  * @module
  * @example
- * import { jetStreamHandler } from 'idempotency-kit/nats';
- * const handle = jetStreamHandler(async (msg) => shipOrder(msg.json()), { store });
+ * import { idempotentJetStreamHandler } from 'idempotency-kit/nats';
+ * const handle = idempotentJetStreamHandler(async (msg) => shipOrder(msg.json()), { store });
  * const messages = await (await js.consumers.get('ORDERS', 'shipper')).consume();
  * for await (const msg of messages) await handle(msg); // acks, naks or terms msg
  */
+import { deprecatedFunction } from '../src/deprecation.js';
 import { failureKind, type FailureKind } from '../src/outcome.js';
 import type { TransactionalStore } from '../src/transaction.js';
 import { assertFunction, assertInteger } from '../src/validate.js';
@@ -106,7 +107,7 @@ const msgId = (msg: JetStreamMessage): string | undefined => msg.headers?.get('N
  * With `transaction: true`: `fn(msg, client)` runs in a transaction of the store's
  * PostgreSQL database, which also completes the message's record before it commits.
  */
-export function jetStreamHandler<M extends JetStreamMessage, R, Client>(
+export function idempotentJetStreamHandler<M extends JetStreamMessage, R, Client>(
   fn: (msg: M, client: Client) => R,
   options: JetStreamTransactionOptions<M, Client>,
 ): (msg: M) => Promise<JetStreamSettlement<Awaited<R>>>;
@@ -124,11 +125,11 @@ export function jetStreamHandler<M extends JetStreamMessage, R, Client>(
  * The returned function resolves with the settlement and never rejects for the message's
  * own outcome.
  */
-export function jetStreamHandler<M extends JetStreamMessage, R>(
+export function idempotentJetStreamHandler<M extends JetStreamMessage, R>(
   fn: (msg: M) => R,
   options: JetStreamHandlerOptions<M, Awaited<R>>,
 ): (msg: M) => Promise<JetStreamSettlement<Awaited<R>>>;
-export function jetStreamHandler<M extends JetStreamMessage, R>(
+export function idempotentJetStreamHandler<M extends JetStreamMessage, R>(
   fn: (msg: M, client?: unknown) => R,
   options: JetStreamHandlerOptions<M, Awaited<R>>,
 ): (msg: M) => Promise<JetStreamSettlement<Awaited<R>>> {
@@ -189,3 +190,6 @@ export function jetStreamHandler<M extends JetStreamMessage, R>(
     return settlement;
   };
 }
+
+/** @deprecated Renamed `idempotentJetStreamHandler`; the old name works until the next minor release. */
+export const jetStreamHandler: typeof idempotentJetStreamHandler = deprecatedFunction(idempotentJetStreamHandler, 'jetStreamHandler()', 'idempotentJetStreamHandler()');

@@ -7,13 +7,14 @@
  * @module
  * @example
  * import Stripe from 'stripe';
- * import { stripeWebhook, webhookHandler } from 'idempotency-kit/webhooks';
- * const receive = webhookHandler(stripeWebhook(new Stripe(key), { secret: process.env.STRIPE_WEBHOOK_SECRET! }), async (event) => {
+ * import { stripeWebhook, idempotentWebhookHandler } from 'idempotency-kit/webhooks';
+ * const receive = idempotentWebhookHandler(stripeWebhook(new Stripe(key), { secret: process.env.STRIPE_WEBHOOK_SECRET! }), async (event) => {
  *   if (event.type === 'checkout.session.completed') await fulfil(event.data.object);
  * }, { store });
  * app.post('/webhooks/stripe', express.raw({ type: 'application/json' }), receive.node); // Express
  * app.post('/webhooks/stripe', (c) => receive.fetch(c.req.raw)); // Hono, or any fetch handler
  */
+import { deprecatedFunction } from '../src/deprecation.js';
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { IdempotencyError, IdempotencyKeyError, isIdempotencyError, type IdempotencyErrorCode } from '../src/errors.js';
@@ -321,7 +322,7 @@ function headerGetter(headers: WebhookHeaders | Headers | Record<string, string 
  * With `transaction: true`: `fn(event, delivery, client)` runs in a transaction of the
  * store's PostgreSQL database, which also records the delivery before it commits.
  */
-export function webhookHandler<E, R, Client>(
+export function idempotentWebhookHandler<E, R, Client>(
   verifier: WebhookVerifier<E>,
   fn: (event: E, delivery: WebhookDelivery, client: Client) => R,
   options: WebhookTransactionOptions<E, Client>,
@@ -339,12 +340,12 @@ export function webhookHandler<E, R, Client>(
  * | the store is down | 503 with Retry-After, `fn` not run |
  * | a signed delivery without an event id | 400 `key-missing` |
  */
-export function webhookHandler<E, R>(
+export function idempotentWebhookHandler<E, R>(
   verifier: WebhookVerifier<E>,
   fn: (event: E, delivery: WebhookDelivery) => R,
   options: WebhookHandlerOptions<E, Awaited<R>>,
 ): WebhookHandler;
-export function webhookHandler<E, R>(
+export function idempotentWebhookHandler<E, R>(
   verifier: WebhookVerifier<E>,
   fn: (event: E, delivery: WebhookDelivery, client?: unknown) => R,
   options: WebhookHandlerOptions<E, Awaited<R>>,
@@ -448,3 +449,6 @@ export function webhookHandler<E, R>(
     },
   };
 }
+
+/** @deprecated Renamed `idempotentWebhookHandler`; the old name works until the next minor release. */
+export const webhookHandler: typeof idempotentWebhookHandler = deprecatedFunction(idempotentWebhookHandler, 'webhookHandler()', 'idempotentWebhookHandler()');

@@ -51,3 +51,11 @@ export function deprecatedClass<C extends abstract new (...args: never[]) => unk
   });
   return proxy;
 }
+
+/** A function under its deprecated name: it calls the renamed one, and the first call warns. */
+export function deprecatedFunction<F extends (...args: never[]) => unknown>(target: F, oldName: string, newName: string): F {
+  return function (this: unknown, ...args: Parameters<F>) {
+    warnDeprecated(oldName, newName);
+    return target.apply(this, args);
+  } as F;
+}

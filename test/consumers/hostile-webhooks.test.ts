@@ -13,7 +13,7 @@ import { Webhook as StandardWebhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { Webhook as SvixWebhook } from 'svix';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { githubWebhook, standardWebhook, stripeWebhook, webhookHandler, type WebhookHandler } from '../../consumers/webhooks.js';
+import { githubWebhook, standardWebhook, stripeWebhook, idempotentWebhookHandler, type WebhookHandler } from '../../consumers/webhooks.js';
 import { withIdempotency } from '../../adapters/node.js';
 import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
@@ -79,19 +79,19 @@ for (const [name, available, makeStore] of stores) {
       store = makeStore();
       const onError = (errors: string[]) => (error: unknown, delivery: { id?: string }) => errors.push(`${delivery.id}:${(error as { code?: string }).code}`);
       svixReceiver = await serve((handled, errors) =>
-        webhookHandler(standardWebhook<{ type: string }>(svix, { name: 'svix' }), (event, delivery) => void handled.push(`${delivery.id}:${event.type}`), {
+        idempotentWebhookHandler(standardWebhook<{ type: string }>(svix, { name: 'svix' }), (event, delivery) => void handled.push(`${delivery.id}:${event.type}`), {
           store,
           onError: onError(errors),
         }).node,
       );
       standardReceiver = await serve((handled, errors) =>
-        webhookHandler(standardWebhook<{ type: string }>(standard, { name: 'acme' }), (event, delivery) => void handled.push(`${delivery.id}:${event.type}`), {
+        idempotentWebhookHandler(standardWebhook<{ type: string }>(standard, { name: 'acme' }), (event, delivery) => void handled.push(`${delivery.id}:${event.type}`), {
           store,
           onError: onError(errors),
         }).node,
       );
       github = await serve((handled, errors) =>
-        webhookHandler(githubWebhook(octokit), (event) => void handled.push(`${event.id}:${event.name}:${(event.payload as { n: number }).n}`), {
+        idempotentWebhookHandler(githubWebhook(octokit), (event) => void handled.push(`${event.id}:${event.name}:${(event.payload as { n: number }).n}`), {
           store,
           onError: onError(errors),
         }).node,
@@ -199,7 +199,7 @@ for (const [name, available, makeStore] of stores) {
 
       const handled: string[] = [];
       const stripeReceiver = await serve(() =>
-        webhookHandler(stripeWebhook<{ id: string; type: string }>(stripe as never, { secret: STRIPE_SECRET }), (event) => void handled.push(event.id), { store }).node,
+        idempotentWebhookHandler(stripeWebhook<{ id: string; type: string }>(stripe as never, { secret: STRIPE_SECRET }), (event) => void handled.push(event.id), { store }).node,
       );
       const payload = JSON.stringify({ id: eventId, object: 'event', type: 'charge.succeeded', data: { object: {} } });
       const delivered = await post(
@@ -219,7 +219,7 @@ for (const [name, available, makeStore] of stores) {
     it('C6 (Stripe Connect): the documented `scope: (event) => event.account` handles the platform\'s own events, once each', async () => {
       const handled: string[] = [];
       const connect = await serve(() =>
-        webhookHandler(
+        idempotentWebhookHandler(
           stripeWebhook<{ id: string; account?: string }>(stripe as never, { secret: STRIPE_SECRET }),
           (event) => void handled.push(`${event.account ?? 'platform'}:${event.id}`),
           { store, scope: (event) => event.account },

@@ -11,7 +11,7 @@
  */
 import mqtt from 'mqtt';
 import pg from 'pg';
-import { handleMqttMessages, type MqttSettlement } from '../../consumers/mqtt.js';
+import { idempotentMqttHandler, type MqttSettlement } from '../../consumers/mqtt.js';
 import { createStore } from '../../drivers/create-store.js';
 import { postgresStore } from '../../drivers/postgres.js';
 
@@ -84,8 +84,8 @@ const options = {
 };
 // Installed before the connection is up: the session's unacknowledged messages arrive at once.
 const handling = pgStore
-  ? handleMqttMessages(client, (packet: Packet, tx: pg.PoolClient) => effect(packet, tx), { ...options, store: pgStore, transaction: true })
-  : handleMqttMessages(client, (packet: Packet) => effect(packet, db), { ...options, store });
+  ? idempotentMqttHandler(client, (packet: Packet, tx: pg.PoolClient) => effect(packet, tx), { ...options, store: pgStore, transaction: true })
+  : idempotentMqttHandler(client, (packet: Packet) => effect(packet, db), { ...options, store });
 const ours = client.handleMessage;
 client.handleMessage = (packet, callback) => {
   report({ ev: 'delivery', id: body(packet as Packet).id, dup: packet.dup });

@@ -1,5 +1,5 @@
 /**
- * MQTT QoS 1 on Mosquitto: `handleMqttMessages()` on an mqtt.js 5 client. The
+ * MQTT QoS 1 on Mosquitto: `idempotentMqttHandler()` on an mqtt.js 5 client. The
  * PUBACK goes out after the effect; packet ids are reused, so the key is the MQTT 5 user
  * property `message-id`; a copy published again, and a message the broker sends again
  * after a reconnect because its PUBACK never went out, replay instead of running (C1–C3).
@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto';
 import mqtt from 'mqtt';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { handleMqttMessages, userProperty, type MqttSettlement } from '../../consumers/mqtt.js';
+import { idempotentMqttHandler, userProperty, type MqttSettlement } from '../../consumers/mqtt.js';
 import { createStore } from '../../drivers/create-store.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { idempotentIn } from '../../src/idempotent.js';
@@ -42,7 +42,7 @@ async function dropSessions() {
   }
 }
 
-describe.skipIf(!available)('MQTT: handleMqttMessages()', () => {
+describe.skipIf(!available)('MQTT: idempotentMqttHandler()', () => {
   let publisher: mqtt.MqttClient;
   let store: IdempotencyStore;
   beforeAll(async () => {
@@ -69,7 +69,7 @@ describe.skipIf(!available)('MQTT: handleMqttMessages()', () => {
     const client = consumer(`ik-${run}-once`);
     const runs: string[] = [];
     const settled: MqttSettlement[] = [];
-    const handle = handleMqttMessages(client, async (packet: Packet) => {
+    const handle = idempotentMqttHandler(client, async (packet: Packet) => {
       runs.push(userProperty(packet, 'message-id')!);
       return { at: new Date(0) };
     }, { store, onSettle: (_p, s) => settled.push(s) });
@@ -134,7 +134,7 @@ describe.skipIf(!available)('MQTT: handleMqttMessages()', () => {
       return 'by another consumer';
     }, { store, key: () => 'o-2', fingerprint: () => Buffer.from(payload) });
     const running = other();
-    const handle = handleMqttMessages(client, async (packet: Packet) => {
+    const handle = idempotentMqttHandler(client, async (packet: Packet) => {
       const id = userProperty(packet, 'message-id');
       if (id === 'o-3') throw new Error('always fails');
       if (id === 'o-4' && ++calls === 1) throw new Error('fails once');
@@ -164,7 +164,7 @@ describe.skipIf(!available)('MQTT: handleMqttMessages()', () => {
     const client = consumer(`ik-${run}-reject`);
     const settled: MqttSettlement[] = [];
     let runs = 0;
-    const handle = handleMqttMessages(client, async () => ++runs, { store, onSettle: (_p, s) => settled.push(s) });
+    const handle = idempotentMqttHandler(client, async () => ++runs, { store, onSettle: (_p, s) => settled.push(s) });
     await connected(client);
     await client.subscribeAsync(topic, { qos: 1 });
     await publish(topic, { id: 'o-5', v: 1 }, 'o-5');
@@ -188,7 +188,7 @@ describe.skipIf(!available)('MQTT: handleMqttMessages()', () => {
     const first = consumer(clientId);
     const settled: MqttSettlement[] = [];
     let runs = 0;
-    const handle = handleMqttMessages(first, async () => ++runs, { store: down, storeTimeoutMs: 100, retryDelayMs: 100, maxRetryMs: 400, onSettle: (_p, s) => settled.push(s) });
+    const handle = idempotentMqttHandler(first, async () => ++runs, { store: down, storeTimeoutMs: 100, retryDelayMs: 100, maxRetryMs: 400, onSettle: (_p, s) => settled.push(s) });
     await connected(first);
     await first.subscribeAsync(topic, { qos: 1 });
     await publish(topic, { id: 'o-7' }, 'o-7');
@@ -200,7 +200,7 @@ describe.skipIf(!available)('MQTT: handleMqttMessages()', () => {
     await down.close().catch(() => undefined);
     const second = consumer(clientId);
     const later: Array<{ dup: boolean | undefined; result: unknown }> = [];
-    handleMqttMessages(second, async () => 'handled now', { store, onSettle: (p, s) => later.push({ dup: p.dup, result: s.result }) });
+    idempotentMqttHandler(second, async () => 'handled now', { store, onSettle: (p, s) => later.push({ dup: p.dup, result: s.result }) });
     await until('the redelivery', () => later.length === 1);
     expect(later).toEqual([{ dup: true, result: 'handled now' }]);
     await second.endAsync();
@@ -209,14 +209,14 @@ describe.skipIf(!available)('MQTT: handleMqttMessages()', () => {
   it('refuses a client without a persistent session, and bad options, with precise TypeErrors', () => {
     const fn = async () => 1;
     const fake = (options: object) => ({ handleMessage: () => {}, options }) as never;
-    expect(() => handleMqttMessages(fake({ clean: true }), fn, { store })).toThrow(/Expected an MQTT client with a persistent session \(`clean: false`\), got `clean: true`/);
-    expect(() => handleMqttMessages(fake({ clean: false, protocolVersion: 5 }), fn, { store })).toThrow(/sessionExpiryInterval/);
-    expect(() => handleMqttMessages(fake({ clean: true }), fn, { store, allowCleanSession: true })).not.toThrow();
+    expect(() => idempotentMqttHandler(fake({ clean: true }), fn, { store })).toThrow(/Expected an MQTT client with a persistent session \(`clean: false`\), got `clean: true`/);
+    expect(() => idempotentMqttHandler(fake({ clean: false, protocolVersion: 5 }), fn, { store })).toThrow(/sessionExpiryInterval/);
+    expect(() => idempotentMqttHandler(fake({ clean: true }), fn, { store, allowCleanSession: true })).not.toThrow();
     const ok = fake({ clean: false, protocolVersion: 4 });
-    expect(() => handleMqttMessages(ok, fn, { store, maxAttempts: 0 })).toThrow('Expected `maxAttempts` to be a positive integer, got 0');
-    expect(() => handleMqttMessages(ok, fn, { store, retryDelayMs: -1 })).toThrow('Expected `retryDelayMs` to be a non-negative integer, got -1');
-    expect(() => handleMqttMessages(ok, fn, { store, onPoison: 'dlq' as never })).toThrow('Expected `onPoison` to be a function, got "dlq"');
-    expect(() => handleMqttMessages({} as never, fn, { store })).toThrow(/Expected `client` to be an MQTT client/);
+    expect(() => idempotentMqttHandler(ok, fn, { store, maxAttempts: 0 })).toThrow('Expected `maxAttempts` to be a positive integer, got 0');
+    expect(() => idempotentMqttHandler(ok, fn, { store, retryDelayMs: -1 })).toThrow('Expected `retryDelayMs` to be a non-negative integer, got -1');
+    expect(() => idempotentMqttHandler(ok, fn, { store, onPoison: 'dlq' as never })).toThrow('Expected `onPoison` to be a function, got "dlq"');
+    expect(() => idempotentMqttHandler({} as never, fn, { store })).toThrow(/Expected `client` to be an MQTT client/);
   });
 
   describe('transaction: true (PostgreSQL)', () => {
@@ -230,7 +230,7 @@ describe.skipIf(!available)('MQTT: handleMqttMessages()', () => {
         const client = consumer(`ik-${run}-tx`);
         const settled: MqttSettlement[] = [];
         let attempt = 0;
-        const handle = handleMqttMessages(client, async (packet: Packet, tx: pg.PoolClient) => {
+        const handle = idempotentMqttHandler(client, async (packet: Packet, tx: pg.PoolClient) => {
           await tx.query(`INSERT INTO ${table} (message_id) VALUES ($1)`, [userProperty(packet, 'message-id')]);
           if (++attempt === 1) throw new Error('rolled back');
           return attempt;

@@ -1,7 +1,7 @@
 /**
  * A JetStream consumer process for test/consumers/nats.test.ts (lines and effects as
  * crash-harness.ts describes). It pulls from a durable consumer and handles up to
- * CONCURRENCY messages at once through `jetStreamHandler()`.
+ * CONCURRENCY messages at once through `idempotentJetStreamHandler()`.
  *
  * Env: NATS_URL, STREAM, CONSUMER, WORKER, MODE (plain: Redis store STORE_URL, autocommit
  * insert; transaction: PostgreSQL store on table RECORDS, insert in its transaction),
@@ -14,7 +14,7 @@ import { jetstream, type JsMsg } from '@nats-io/jetstream';
 import pg from 'pg';
 import { createStore } from '../../drivers/create-store.js';
 import { postgresStore } from '../../drivers/postgres.js';
-import { jetStreamHandler, type JetStreamSettlement } from '../../consumers/nats.js';
+import { idempotentJetStreamHandler, type JetStreamSettlement } from '../../consumers/nats.js';
 
 const env = (name: string): string => {
   const value = process.env[name];
@@ -70,8 +70,8 @@ const options = {
 };
 const handle =
   mode === 'transaction'
-    ? jetStreamHandler((msg: JsMsg, client: pg.PoolClient) => effect(msg, client), { ...options, store: pgStore!, transaction: true })
-    : jetStreamHandler((msg: JsMsg) => effect(msg, db), options);
+    ? idempotentJetStreamHandler((msg: JsMsg, client: pg.PoolClient) => effect(msg, client), { ...options, store: pgStore!, transaction: true })
+    : idempotentJetStreamHandler((msg: JsMsg) => effect(msg, db), options);
 
 /** The ack goes out 30 ms after the handler settled it (CHAOS): a kill in between is a redelivery. */
 function lateAcks(msg: JsMsg): JsMsg {

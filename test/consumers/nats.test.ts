@@ -1,5 +1,5 @@
 /**
- * NATS JetStream: `jetStreamHandler()` against the real server. Each outcome
+ * NATS JetStream: `idempotentJetStreamHandler()` against the real server. Each outcome
  * settles the message as docs/consumers.md says (C1–C3): ack after the effect, nak(delay)
  * on a conflict or an unavailable store, nak then term for a handler that keeps failing,
  * term for a mismatch or a message without a key, working() during a long handler. Then
@@ -13,7 +13,7 @@ import { AckPolicy, jetstream, jetstreamManager, type Consumer, type JetStreamCl
 import { connect, headers, type NatsConnection } from '@nats-io/transport-node';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
-import { jetStreamHandler, type JetStreamMessage, type JetStreamSettlement } from '../../consumers/nats.js';
+import { idempotentJetStreamHandler, type JetStreamMessage, type JetStreamSettlement } from '../../consumers/nats.js';
 import { createStore } from '../../drivers/create-store.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import { KeyReusedError } from '../../src/errors.js';
@@ -28,7 +28,7 @@ const available =
 const run = randomUUID().slice(0, 8);
 const ns = (ms: number) => ms * 1_000_000;
 
-describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
+describe.skipIf(!available)('NATS JetStream: idempotentJetStreamHandler()', () => {
   let nc: NatsConnection;
   let js: JetStreamClient;
   let jsm: JetStreamManager;
@@ -76,7 +76,7 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
   it('C1/C2: ack after the effect; a copy published again (same Nats-Msg-Id) is acked with the stored result, fn not run', async () => {
     const { subject, consumer, stream } = await streamFor('ack');
     const runs: string[] = [];
-    const handle = jetStreamHandler(async (msg: JsMsg) => {
+    const handle = idempotentJetStreamHandler(async (msg: JsMsg) => {
       runs.push(msg.json<{ id: string }>().id);
       return { shipped: true, at: new Date(0) };
     }, { store });
@@ -109,7 +109,7 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
     const running = other();
     await sleep(50);
     const settled: JetStreamSettlement[] = [];
-    const handle = jetStreamHandler(async () => 'here', { store, wait: 0, retryDelayMs: 400, onSettle: (_m, s) => settled.push(s) });
+    const handle = idempotentJetStreamHandler(async () => 'here', { store, wait: 0, retryDelayMs: 400, onSettle: (_m, s) => settled.push(s) });
     await publish(subject, { id: 'o-2' }, 'o-2');
     const started = Date.now();
     const first = await handle(await next(consumer));
@@ -128,7 +128,7 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
   it('C3: a handler that throws is nak\'d with its backoff and run again; on delivery maxDeliveries it is termed', async () => {
     const { subject, consumer, stream } = await streamFor('failing');
     let attempts = 0;
-    const handle = jetStreamHandler(async () => {
+    const handle = idempotentJetStreamHandler(async () => {
       attempts++;
       throw new Error('downstream is down');
     }, { store, maxDeliveries: 3, failureDelayMs: (delivery) => delivery * 100 });
@@ -146,7 +146,7 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
     expect(await pending(stream)).toEqual({ pending: 0, unacked: 0 });
     // A transient failure: the redelivery runs fn again, and succeeds.
     let calls = 0;
-    const flaky = jetStreamHandler(async () => (++calls === 1 ? Promise.reject(new Error('once')) : 'ok'), { store, failureDelayMs: 0 });
+    const flaky = idempotentJetStreamHandler(async () => (++calls === 1 ? Promise.reject(new Error('once')) : 'ok'), { store, failureDelayMs: 0 });
     await publish(subject, { id: 'o-4' }, 'o-4');
     expect((await flaky(await next(consumer))).action).toBe('nak');
     expect(await flaky(await next(consumer))).toMatchObject({ action: 'ack', result: 'ok', delivery: 2 });
@@ -155,7 +155,7 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
   it('C3: the same Nats-Msg-Id with another payload is termed as a mismatch; a message without a key is termed, fn never run', async () => {
     const { subject, consumer } = await streamFor('reject');
     let runs = 0;
-    const handle = jetStreamHandler(async () => ++runs, { store });
+    const handle = idempotentJetStreamHandler(async () => ++runs, { store });
     await publish(subject, { id: 'o-5', amount: 1 }, 'o-5');
     expect((await handle(await next(consumer))).action).toBe('ack');
     await sleep(150);
@@ -169,7 +169,7 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
     expect((keyless.error as { code: string }).code).toBe('key-missing');
     expect(runs).toBe(1);
     // A payload id instead of the header; `fingerprint: false` lets a changed payload replay.
-    const byPayload = jetStreamHandler(async (msg: JsMsg) => msg.json<{ id: string; v: number }>().v, {
+    const byPayload = idempotentJetStreamHandler(async (msg: JsMsg) => msg.json<{ id: string; v: number }>().v, {
       store,
       key: (msg) => msg.json<{ id: string }>().id,
       fingerprint: false,
@@ -184,7 +184,7 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
     const { subject, consumer, stream } = await streamFor('working', { ack_wait: 1000 });
     const down = createStore('redis://127.0.0.1:1', { namespace: 'down' });
     let runs = 0;
-    const failing = jetStreamHandler(async () => ++runs, { store: down, storeTimeoutMs: 300, retryDelayMs: 100 });
+    const failing = idempotentJetStreamHandler(async () => ++runs, { store: down, storeTimeoutMs: 300, retryDelayMs: 100 });
     await publish(subject, { id: 'o-8' }, 'o-8');
     const unavailable = await failing(await next(consumer));
     expect(unavailable).toMatchObject({ action: 'nak', outcome: 'retry', delayMs: 100 });
@@ -192,7 +192,7 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
     expect(runs).toBe(0);
     await down.close().catch(() => undefined);
     // 2.5 s of work against an ack_wait of 1 s: working() every 300 ms keeps the delivery.
-    const slow = jetStreamHandler(async () => {
+    const slow = idempotentJetStreamHandler(async () => {
       await sleep(2500);
       return 'slow';
     }, { store, workingMs: 300 });
@@ -206,14 +206,14 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
 
   it('bad options are precise TypeErrors; types follow the handler', () => {
     const fn = async (msg: JsMsg) => msg.seq;
-    expect(() => jetStreamHandler(fn, { store, retryDelayMs: -1 })).toThrow('Expected `retryDelayMs` to be a non-negative integer (ms) or a function returning one, got -1');
-    expect(() => jetStreamHandler(fn, { store, maxDeliveries: 0 })).toThrow('Expected `maxDeliveries` to be a positive integer, got 0');
-    expect(() => jetStreamHandler(fn, { store, workingMs: 0 })).toThrow('Expected `workingMs` to be a positive integer, got 0');
-    expect(() => jetStreamHandler(fn, { store, key: 'Nats-Msg-Id' as never })).toThrow('Expected `key` to be a function, got "Nats-Msg-Id"');
-    expect(() => jetStreamHandler(fn, { store, leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive integer, got -1');
-    expect(() => jetStreamHandler('fn' as never, { store })).toThrow('Expected `fn` to be a function');
-    expect(() => jetStreamHandler(fn, undefined as never)).toThrow(/Expected options with a `store`/);
-    const handle = jetStreamHandler(fn, { store });
+    expect(() => idempotentJetStreamHandler(fn, { store, retryDelayMs: -1 })).toThrow('Expected `retryDelayMs` to be a non-negative integer (ms) or a function returning one, got -1');
+    expect(() => idempotentJetStreamHandler(fn, { store, maxDeliveries: 0 })).toThrow('Expected `maxDeliveries` to be a positive integer, got 0');
+    expect(() => idempotentJetStreamHandler(fn, { store, workingMs: 0 })).toThrow('Expected `workingMs` to be a positive integer, got 0');
+    expect(() => idempotentJetStreamHandler(fn, { store, key: 'Nats-Msg-Id' as never })).toThrow('Expected `key` to be a function, got "Nats-Msg-Id"');
+    expect(() => idempotentJetStreamHandler(fn, { store, leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive integer, got -1');
+    expect(() => idempotentJetStreamHandler('fn' as never, { store })).toThrow('Expected `fn` to be a function');
+    expect(() => idempotentJetStreamHandler(fn, undefined as never)).toThrow(/Expected options with a `store`/);
+    const handle = idempotentJetStreamHandler(fn, { store });
     expectTypeOf(handle).returns.resolves.toEqualTypeOf<JetStreamSettlement<number>>();
     expectTypeOf<JsMsg>().toMatchTypeOf<JetStreamMessage>();
   });
@@ -235,7 +235,7 @@ describe.skipIf(!available)('NATS JetStream: jetStreamHandler()', () => {
       const { subject, consumer } = await streamFor('tx');
       const txStore = postgresStore({ pool: db, table: `${table}_records` });
       let attempt = 0;
-      const handle = jetStreamHandler(async (msg: JsMsg, client: pg.PoolClient) => {
+      const handle = idempotentJetStreamHandler(async (msg: JsMsg, client: pg.PoolClient) => {
         await client.query(`INSERT INTO ${table} (message_id) VALUES ($1)`, [msg.headers!.get('Nats-Msg-Id')]);
         if (++attempt === 1) throw new Error('after the write');
         return attempt;

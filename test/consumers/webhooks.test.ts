@@ -18,7 +18,7 @@ import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { githubWebhook, standardWebhook, stripeWebhook, webhookHandler, WebhookSignatureError, type WebhookDelivery } from '../../consumers/webhooks.js';
+import { githubWebhook, standardWebhook, stripeWebhook, idempotentWebhookHandler, WebhookSignatureError, type WebhookDelivery } from '../../consumers/webhooks.js';
 import { createStore } from '../../drivers/create-store.js';
 import { postgresStore } from '../../drivers/postgres.js';
 import type { IdempotencyStore } from '../../src/store.js';
@@ -79,7 +79,7 @@ describe.skipIf(!available)('webhooks over real HTTP', () => {
     const handled: string[] = [];
     let failNext = false;
     beforeAll(async () => {
-      const receive = webhookHandler(
+      const receive = idempotentWebhookHandler(
         stripeWebhook(stripe, { secret: ['whsec_an_old_secret', STRIPE_SECRET] }),
         async (event: Stripe.Event) => {
           if (failNext) {
@@ -164,7 +164,7 @@ describe.skipIf(!available)('webhooks over real HTTP', () => {
     let base: string;
     const handled: Array<{ id: string; name: string }> = [];
     beforeAll(async () => {
-      const receive = webhookHandler(githubWebhook(octokit), async (event, delivery: WebhookDelivery) => {
+      const receive = idempotentWebhookHandler(githubWebhook(octokit), async (event, delivery: WebhookDelivery) => {
         handled.push({ id: delivery.id, name: event.name });
         return (event.payload as { action: string }).action;
       }, { store: redis });
@@ -209,7 +209,7 @@ describe.skipIf(!available)('webhooks over real HTTP', () => {
     let expressBase: string;
     let fetchBase: string;
     beforeAll(async () => {
-      const receive = webhookHandler(standardWebhook<{ type: string }>(standard, { name: 'acme' }), async (event, delivery) => {
+      const receive = idempotentWebhookHandler(standardWebhook<{ type: string }>(standard, { name: 'acme' }), async (event, delivery) => {
         handled.push(`${delivery.id}:${event.type}`);
       }, { store: redis });
       const app = express();
@@ -260,7 +260,7 @@ describe.skipIf(!available)('webhooks over real HTTP', () => {
   it('the store down answers 503 with Retry-After, handler not run; bad setup is a precise TypeError', async () => {
     const down = createStore('redis://127.0.0.1:1', { namespace: 'down' });
     let runs = 0;
-    const receive = webhookHandler(stripeWebhook(stripe, { secret: STRIPE_SECRET }), () => void runs++, { store: down, storeTimeoutMs: 200 });
+    const receive = idempotentWebhookHandler(stripeWebhook(stripe, { secret: STRIPE_SECRET }), () => void runs++, { store: down, storeTimeoutMs: 200 });
     const payload = stripeEvent(`evt_${run}_down`);
     const answer = await receive.handle(payload, stripeHeaders(payload));
     expect(answer.status).toBe(503);
@@ -270,8 +270,8 @@ describe.skipIf(!available)('webhooks over real HTTP', () => {
     expect(() => stripeWebhook(stripe, { secret: '' })).toThrow(/Expected `secret` to be the endpoint's signing secret/);
     expect(() => stripeWebhook({} as never, { secret: STRIPE_SECRET })).toThrow(/Expected `stripe` to be a Stripe client/);
     expect(() => githubWebhook({} as never)).toThrow(/@octokit\/webhooks/);
-    expect(() => webhookHandler({} as never, () => 1, { store: redis })).toThrow(/Expected `verifier` to be a webhook verifier/);
-    expect(() => webhookHandler(githubWebhook(octokit), () => 1, { store: redis, maxBodyBytes: 0 })).toThrow('Expected `maxBodyBytes` to be a positive integer, got 0');
+    expect(() => idempotentWebhookHandler({} as never, () => 1, { store: redis })).toThrow(/Expected `verifier` to be a webhook verifier/);
+    expect(() => idempotentWebhookHandler(githubWebhook(octokit), () => 1, { store: redis, maxBodyBytes: 0 })).toThrow('Expected `maxBodyBytes` to be a positive integer, got 0');
     expect(new WebhookSignatureError('x').code).toBe('webhook-signature-invalid');
   });
 
@@ -288,7 +288,7 @@ describe.skipIf(!available)('webhooks over real HTTP', () => {
     await db.query(`CREATE TABLE ${table} (id serial PRIMARY KEY, event_id text NOT NULL)`);
     try {
       let attempt = 0;
-      const receive = webhookHandler(
+      const receive = idempotentWebhookHandler(
         stripeWebhook(stripe, { secret: STRIPE_SECRET }),
         async (event: Stripe.Event, _delivery, client: pg.PoolClient) => {
           await client.query(`INSERT INTO ${table} (event_id) VALUES ($1)`, [event.id]);

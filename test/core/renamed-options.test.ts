@@ -9,6 +9,9 @@ import { storageKey } from '../../src/key.js';
 import { createIdempotency, type HttpRequestInfo } from '../../src/http.js';
 import { idempotent } from '../../src/idempotent.js';
 import { Engine } from '../../src/engine.js';
+import * as nats from '../../consumers/nats.js';
+import * as mqtt from '../../consumers/mqtt.js';
+import * as webhooks from '../../consumers/webhooks.js';
 
 const request = (key: string): HttpRequestInfo<object> => ({
   method: 'POST',
@@ -90,5 +93,27 @@ describe('durations named with their unit', () => {
     const store = memoryStore();
     expect(() => new Engine({ store, wait: 1, waitMs: 2 })).toThrow('Expected one of `waitMs` and `wait` (its deprecated name), got both');
     expect(() => createIdempotency({ scope: 'shared', store, ttl: 1, ttlMs: 2 })).toThrow('Expected one of `ttlMs` and `ttl` (its deprecated name), got both');
+  });
+});
+
+describe('the message helpers read idempotent<Thing>, like idempotent(), idempotentBatch() and idempotentProcessor()', () => {
+  it('the old names still work, each warning once with its new name', async () => {
+    const warn = vi.spyOn(process, 'emitWarning').mockImplementation(() => undefined);
+    const store = memoryStore({ sweepIntervalMs: 0 });
+    // The JetStream handler, under its old name, still settles a message and replays it.
+    const acks: string[] = [];
+    const message = (seq: number) => ({ seq, subject: 'orders', headers: { get: (name: string) => (name === 'Nats-Msg-Id' ? 'm-1' : '') }, info: { stream: 'ORDERS', deliveryCount: 1 }, data: new Uint8Array(), ack: () => void acks.push(`ack ${seq}`), nak: () => void acks.push(`nak ${seq}`), term: () => void acks.push(`term ${seq}`), working: () => {} });
+    let runs = 0;
+    const handle = nats.jetStreamHandler(async () => ++runs, { store, key: () => 'm-1' } as never);
+    const handleAgain = nats.jetStreamHandler(async () => ++runs, { store, key: () => 'm-1' } as never);
+    const first = await (handle as (m: unknown) => Promise<{ outcome: string; error?: unknown }>)(message(1));
+    expect(first.outcome, String(first.error)).toBe('done');
+    await (handleAgain as (m: unknown) => Promise<unknown>)(message(2));
+    expect(runs).toBe(1);
+    expect(acks).toEqual(['ack 1', 'ack 2']);
+    expect(mqtt.handleMqttMessages).toBeTypeOf('function');
+    expect(webhooks.webhookHandler).toBeTypeOf('function');
+    const messages = deprecations(warn);
+    expect(messages.filter((m) => m.includes('jetStreamHandler() is deprecated') && m.includes('idempotentJetStreamHandler()'))).toHaveLength(1);
   });
 });
