@@ -93,6 +93,8 @@ export interface IdempotentRpcOptions {
 /** What the module options bring to message handlers: the engine's options, the key header, `rpc`. */
 export interface NestRpcModuleOptions extends Partial<Omit<EngineOptions, 'store' | 'ttl'>> {
   ttl?: unknown;
+  /** The largest answer that is stored (serialized, in bytes); a larger one is sent and not stored. @default 1048576 */
+  maxResponseBytes?: number;
   header?: string;
   encryption?: EngineOptions['encryption'];
   rpc?: IdempotentRpcOptions;
@@ -188,26 +190,19 @@ function keyString(value: unknown, from: string): string | undefined {
   throw new IdempotencyKeyError(undefined, `The message's key (${from}) is ${typeof value}, not a string or a number.`);
 }
 
-/** fn's result could not be stored (not even as the JSON the transport sends): answered as it is, the key released. */
-class NotStorable extends Error {
-  constructor(readonly values: unknown[]) {
-    super('not storable');
-  }
-}
-
-/** The handler's values as they can be stored: as they are, else as the JSON the transport sends. */
-function storable(values: unknown[]): unknown[] {
+/**
+ * What of a handler's values is stored: the values as they are, else as the JSON the
+ * transport sends (a class instance as its JSON). Neither (a cycle, a BigInt in a plain
+ * object's JSON) throws, and the flow completes the key without a stored result.
+ */
+function storedForm(values: unknown): unknown {
   try {
     serializeResult(values);
     return values;
   } catch (error) {
     if (!(error instanceof ResultNotStorableError)) throw error;
   }
-  try {
-    return JSON.parse(JSON.stringify(values)) as unknown[];
-  } catch {
-    throw new NotStorable(values);
-  }
+  return JSON.parse(JSON.stringify(values)) as unknown;
 }
 
 type RpcExceptionClass = new (error: object) => Error;
@@ -351,7 +346,9 @@ export class NestRpc {
         },
         scope: typeof scope === 'function' ? (data, context) => scope(data, context) as string : undefined,
         fingerprint: fingerprint === false ? undefined : fingerprint ? (data, context) => fingerprint(data, context) : (data) => data,
+        maxResultBytes: merged.maxResponseBytes,
       },
+      { storedForm },
     );
     return {
       run: required ? run : (data, context, work) => (keyOf(data, context) === undefined ? work() : run(data, context, work)),
@@ -379,13 +376,11 @@ export class NestRpc {
       try {
         const values = await run(data, transport, async () => {
           ran = true;
-          return storable(await lastValueFrom(next.handle().pipe(toArray())));
+          return lastValueFrom(next.handle().pipe(toArray()));
         });
         if (!ran) protection.onReplay?.(data, transport);
         return from(values);
       } catch (error) {
-        // Answered as it is, released (the idempotent() engine emitted `released`).
-        if (error instanceof NotStorable) return from(error.values);
         // The handler's own errors (and their redelivery) are the application's.
         if (!ran && isIdempotencyError(error)) throw await refusal(error as IdempotencyError);
         throw error;
