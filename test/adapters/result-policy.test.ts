@@ -174,8 +174,8 @@ async function rpcEntry(store: IdempotencyStore): Promise<Entry & { close(): Pro
     // Not even the JSON the transport sends can keep a cycle: an event, nothing answers.
     @EventPattern(`${run}.cyclic`)
     @Idempotent({ rpc: { key: 'key' } })
-    cyclic(@Payload() data: { key: string }) {
-      hit(data.key);
+    cyclic(@Payload() data: { key?: string }) {
+      hit(String(data.key));
       const value: { self?: unknown } = {};
       value.self = value;
       return value;
