@@ -202,6 +202,9 @@ export function idempotentIn<F extends AnyFunction>(
   if (fingerprintFn !== undefined) assertFunction('fingerprint', fingerprintFn);
   const onReplay = (options as IdempotentOptions<Parameters<F>>).onReplay;
   if (onReplay !== undefined) assertFunction('onReplay', onReplay);
+  const maxResultBytes = (options as IdempotentOptions<Parameters<F>>).maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
+  assertInteger('maxResultBytes', maxResultBytes, 0);
+  const storedForm = hooks?.storedForm;
   // The kill switch: every call runs fn as it is (said loudly once, refused in production unless forced).
   if (idempotencyDisabled()) {
     return async function unprotectedCall(this: ThisParameterType<F>, ...args: Parameters<F>): Promise<Awaited<ReturnType<F>>> {
@@ -215,10 +218,6 @@ export function idempotentIn<F extends AnyFunction>(
       `The \`scope\` function returned ${describeValue(value)}, not a non-empty string or a finite number: the call's key cannot be kept apart from other tenants' keys, so fn was not run.`,
     );
   };
-
-  const maxResultBytes = (options as IdempotentOptions<Parameters<F>>).maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
-  assertInteger('maxResultBytes', maxResultBytes, 0);
-  const storedForm = hooks?.storedForm;
 
   return async function idempotentCall(this: ThisParameterType<F>, ...args: Parameters<F>): Promise<Awaited<ReturnType<F>>> {
     // Everything about the call is checked before fn can run.

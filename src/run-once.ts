@@ -44,14 +44,20 @@ export function resultRecord(value: unknown, maxResultBytes: number): ResultReco
   try {
     body = serializeResult(value);
   } catch (error) {
-    if (!(error instanceof ResultNotStorableError)) throw error;
-    return { response: { status: RESULT_STATUS, headers: {}, body: null }, reason: 'not-storable', error };
+    // Anything that fails while the value is read (a getter that throws, too deep a
+    // nesting) leaves it as unstorable as a function would.
+    return { response: { status: RESULT_STATUS, headers: {}, body: null }, reason: 'not-storable', error: notStorable(error) };
   }
   if (body.byteLength > maxResultBytes) {
     const error = new ResultNotStorableError(`The result serializes to ${body.byteLength} bytes, more than the ${maxResultBytes} bytes allowed`);
     return { response: { status: RESULT_STATUS, headers: {}, body: null }, reason: 'too-large', error };
   }
   return { response: { status: RESULT_STATUS, headers: {}, body } };
+}
+
+function notStorable(error: unknown): ResultNotStorableError {
+  if (error instanceof ResultNotStorableError) return error;
+  return new ResultNotStorableError(`Reading the result to store it failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
 }
 
 /** One call through the flow: the key, where it lives, and the work. */
@@ -126,10 +132,7 @@ export async function runOnce<R>(engine: Engine, call: RunOnceCall<R>): Promise<
     try {
       record = resultRecord(await call.storedForm(result), call.maxResultBytes);
     } catch (error) {
-      const cause = new ResultNotStorableError(`Reading the result to store it failed: ${error instanceof Error ? error.message : String(error)}`, {
-        cause: error,
-      });
-      record = { response: { status: RESULT_STATUS, headers: {}, body: null }, reason: 'not-storable', error: cause };
+      record = { response: { status: RESULT_STATUS, headers: {}, body: null }, reason: 'not-storable', error: notStorable(error) };
     }
   } else {
     record = resultRecord(result, call.maxResultBytes);

@@ -410,6 +410,16 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
       ['a cycle', circular, /circular reference at result\.self/],
       ['a symbol', [Symbol('s')], /Cannot store a symbol at result\[0\]/],
       ['an Error', new Error('x'), /instance of Error at result/],
+      [
+        'a getter that throws',
+        Object.defineProperty({}, 'boom', {
+          enumerable: true,
+          get() {
+            throw new Error('boom');
+          },
+        }),
+        /Reading the result to store it failed: boom/,
+      ],
     ];
     for (const [, result, message] of cases) {
       const { fn, calls } = counted(() => result);
