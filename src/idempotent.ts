@@ -10,12 +10,11 @@ import { createHash } from 'node:crypto';
 import { Engine } from './engine.js';
 import { isTransactionalStore, type TransactionalStore } from './transaction.js';
 import { idempotencyDisabled } from './kill-switch.js';
-import { IdempotencyKeyError, ResultNotStorableError, ScopeRequiredError } from './errors.js';
+import { IdempotencyKeyError, ScopeRequiredError } from './errors.js';
 import { hashValue } from './fingerprint.js';
 import type { KeySpace } from './key.js';
 import { splitTtl, type EngineOptions } from './options.js';
-import { DEFAULT_MAX_RESULT_BYTES, resultRecord, runOnce } from './run-once.js';
-import { deserializeResult } from './serialize.js';
+import { DEFAULT_MAX_RESULT_BYTES, runOnce } from './run-once.js';
 import { assertFunction, assertInteger, describeValue } from './validate.js';
 
 // `any` is needed for the constraint: `unknown[]` parameters would reject every fn that
@@ -227,14 +226,16 @@ export function idempotentIn<F extends AnyFunction>(
     if (key === '') throw new IdempotencyKeyError('empty', 'The key function returned an empty key.');
     const scope = scopeFn === undefined ? undefined : scopeOf(scopeFn(...args));
     const fingerprint = fingerprintFn ? fingerprintOf(fingerprintFn(...args)) : FINGERPRINT_PREFIX;
-    if (inTransaction) return inTransactionCall(this, args, key, scope, fingerprint);
 
     const outcome = await runOnce<Awaited<ReturnType<F>>>(engine, {
       key,
       scope,
       fingerprint,
       space,
-      run: () => fn.apply(this, args) as Promise<Awaited<ReturnType<F>>>,
+      run: inTransaction
+        ? (client) => fn.apply(this, [...args, client]) as Promise<Awaited<ReturnType<F>>>
+        : () => fn.apply(this, args) as Promise<Awaited<ReturnType<F>>>,
+      transaction: inTransaction === true,
       maxResultBytes,
       storedForm,
       ttlMs: ttlFn && ((result) => engine.ttlFor(() => ttlFn(args, result), key, scope)),
@@ -243,43 +244,4 @@ export function idempotentIn<F extends AnyFunction>(
     const result = outcome.value as Awaited<ReturnType<F>>;
     return onReplay ? (onReplay(result, args) as Awaited<ReturnType<F>>) : result;
   };
-
-  /**
-   * A call with `transaction: true`: the flow of {@link runOnce} with fn and the record in
-   * one transaction. A result that the policy would not store rolls the transaction back
-   * instead (nothing has happened yet, so a retry may run fn).
-   */
-  async function inTransactionCall(
-    self: ThisParameterType<F>,
-    args: Parameters<F>,
-    key: string,
-    scope: string | undefined,
-    fingerprint: string,
-  ): Promise<Awaited<ReturnType<F>>> {
-    const work = (client: unknown) => fn.apply(self, [...args, client]) as Promise<Awaited<ReturnType<F>>>;
-    let acquired;
-    try {
-      acquired = await engine.acquire(key, scope, fingerprint, space);
-    } catch (error) {
-      // Unprotected (the store failed and onStoreError is 'continue'): still one transaction, without a record.
-      if (engine.runsUnprotected(error, key, scope)) return (await transactional.transaction(work)).value;
-      throw error;
-    }
-    if (acquired.type === 'replay') {
-      // A completed record without a body is answered by the engine (not-replayable).
-      const result = deserializeResult(acquired.record.response.body!) as Awaited<ReturnType<F>>;
-      return onReplay ? (onReplay(result, args) as Awaited<ReturnType<F>>) : result;
-    }
-    const { value } = await acquired.lease.transaction(work, (value) => {
-      const record = resultRecord(storedForm ? storedForm(value) : value, maxResultBytes);
-      if (!record.reason) return record.response;
-      throw new ResultNotStorableError(
-        `fn's result cannot be stored: ${record.error.message}. Its transaction was rolled back and the key ${describeValue(key)} ` +
-          'released, so fn had no effect. Return plain data (JSON values, undefined, Date, Buffer, Uint8Array, Map, ' +
-          'Set, bigint) within `maxResultBytes`; the result is on `error.result`.',
-        { result: value, cause: record.error },
-      );
-    });
-    return value;
-  }
 }

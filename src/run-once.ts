@@ -1,6 +1,7 @@
 /**
- * Run once, store the result: the one flow behind `idempotent()` (and so the message
- * recipes and `idempotentBatch`), the NestJS GraphQL resolvers and message handlers. Claim
+ * Run once, store the result: the one flow behind `idempotent()`, with or without a
+ * transaction (and so the message recipes and `idempotentBatch`), the NestJS GraphQL
+ * resolvers and message handlers. Claim
  * the key, or replay the stored result, or run the work under the claim; a throw releases
  * the key, a result completes it. The HTTP layer keeps its own flow, for responses that
  * are captured rather than returned.
@@ -19,6 +20,8 @@ import type { Fingerprint } from './fingerprint.js';
 import type { KeySpace } from './key.js';
 import { deserializeResult, serializeResult } from './serialize.js';
 import type { StoredResponse } from './store.js';
+import type { TransactionalStore } from './transaction.js';
+import { describeValue } from './validate.js';
 
 /** The status a stored result carries; function records never replay to HTTP (their fingerprint differs). */
 const RESULT_STATUS = 200;
@@ -67,8 +70,17 @@ export interface RunOnceCall<R> {
   fingerprint: Fingerprint;
   /** The entry point's key space (`'function'`, `'message:nats'`...); undefined for the HTTP one. */
   space?: KeySpace;
-  /** The work: fn, the resolver, the message handler. A throw releases the key and reaches the caller as it is. */
-  run(): Promise<R>;
+  /**
+   * The work: fn, the resolver, the message handler. A throw releases the key and reaches
+   * the caller as it is. With `transaction`, it gets the transaction's client.
+   */
+  run(client?: unknown): Promise<R>;
+  /**
+   * Run the work in a transaction of the store's database, which also completes the record
+   * before COMMIT (docs/transactions.md). A result the policy would not store then rolls the
+   * transaction back and releases the key (nothing has happened yet), with ResultNotStorableError.
+   */
+  transaction?: boolean;
   /** The largest serialized result that is stored, in bytes. */
   maxResultBytes: number;
   /**
@@ -105,13 +117,31 @@ export async function runOnce<R>(engine: Engine, call: RunOnceCall<R>): Promise<
   try {
     acquired = await engine.acquire(key, scope, call.fingerprint, call.space);
   } catch (error) {
-    if (engine.runsUnprotected(error, key, scope)) return { type: 'unprotected', value: await call.run() };
-    throw error;
+    if (!engine.runsUnprotected(error, key, scope)) throw error;
+    // Unprotected (the store failed, `onStoreError: 'continue'`): still one transaction, without a record.
+    const value = call.transaction ? (await (engine.options.store as TransactionalStore<unknown>).transaction((client) => call.run(client))).value : await call.run();
+    return { type: 'unprotected', value };
   }
   // A completed record without a result is refused by the engine (not replayable).
   if (acquired.type === 'replay') return { type: 'replayed', value: deserializeResult(acquired.record.response.body!) };
 
   const { lease } = acquired;
+  if (call.transaction) {
+    const { value } = await lease.transaction(
+      (client) => call.run(client),
+      (value) => {
+        const record = resultRecord(call.storedForm ? call.storedForm(value) : value, call.maxResultBytes);
+        if (!record.reason) return record.response;
+        throw new ResultNotStorableError(
+          `The result cannot be stored: ${record.error.message}. Its transaction was rolled back and the key ${describeValue(key)} ` +
+            'released, so the work had no effect. Return plain data (JSON values, undefined, Date, Buffer, Uint8Array, Map, ' +
+            'Set, bigint) within `maxResultBytes`; the result is on `error.result`.',
+          { result: value, cause: record.error },
+        );
+      },
+    );
+    return { type: 'ran', value, stored: true };
+  }
   const stopWatching = call.watchClient?.(() => lease.abandon());
   let result: R;
   try {
