@@ -86,6 +86,7 @@ export interface RunOnceCall<R> {
   /**
    * What of the result is stored, when not the result itself: GraphQL stores the fields
    * the operation selected, RPC what its transport sends. A throw counts as not storable.
+   * Synchronous with `transaction` (the record is written inside it).
    */
   storedForm?(result: R): unknown;
   /** The record's lifetime for this result and what is stored of it, in ms (the caller checks a `ttl` function); the engine's `ttl` by default. */
@@ -119,8 +120,9 @@ export async function runOnce<R>(engine: Engine, call: RunOnceCall<R>): Promise<
   } catch (error) {
     if (!engine.runsUnprotected(error, key, scope)) throw error;
     // Unprotected (the store failed, `onStoreError: 'continue'`): still one transaction, without a record.
-    const value = call.transaction ? (await (engine.options.store as TransactionalStore<unknown>).transaction((client) => call.run(client))).value : await call.run();
-    return { type: 'unprotected', value };
+    if (!call.transaction) return { type: 'unprotected', value: await call.run() };
+    const store = engine.options.store as TransactionalStore<unknown>;
+    return { type: 'unprotected', value: (await store.transaction((client) => call.run(client))).value };
   }
   // A completed record without a result is refused by the engine (not replayable).
   if (acquired.type === 'replay') return { type: 'replayed', value: deserializeResult(acquired.record.response.body!) };
@@ -130,7 +132,12 @@ export async function runOnce<R>(engine: Engine, call: RunOnceCall<R>): Promise<
     const { value } = await lease.transaction(
       (client) => call.run(client),
       (value) => {
-        const record = resultRecord(call.storedForm ? call.storedForm(value) : value, call.maxResultBytes);
+        let record: ResultRecord;
+        try {
+          record = resultRecord(call.storedForm ? call.storedForm(value) : value, call.maxResultBytes);
+        } catch (error) {
+          record = { response: { status: RESULT_STATUS, headers: {}, body: null }, reason: 'not-storable', error: notStorable(error) };
+        }
         if (!record.reason) return record.response;
         throw new ResultNotStorableError(
           `The result cannot be stored: ${record.error.message}. Its transaction was rolled back and the key ${describeValue(key)} ` +
