@@ -92,7 +92,7 @@ export function idempotentProcessor<J extends BullMQJob, R, Client>(
  * | fn ran, or an earlier run's result was replayed | the job completes with that result |
  * | the key is in flight in another worker, the store is down | moved to delayed for `retryDelayMs` (no attempt used) |
  * | fn threw (its key released) | fn's error: BullMQ retries per the job's `attempts` and `backoff` |
- * | same key with other data (with `fingerprint`), no key, a result that could not be stored | failed for good (`UnrecoverableError`) |
+ * | same key with other data (with `fingerprint`), no key, a repeat of a job whose result was not stored | failed for good (`UnrecoverableError`) |
  *
  * A worker killed mid-job leaves the job active until its lock (`lockDuration`) runs out;
  * BullMQ's stalled check then moves it back to wait (at most `maxStalledCount` times) and

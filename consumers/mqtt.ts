@@ -141,7 +141,7 @@ export function idempotentMqttHandler<P extends MqttPacket, R, Client>(
  * | fn ran, or an earlier copy's result was replayed | PUBACK |
  * | the key is in flight elsewhere, the store is down | tried again here every `retryDelayMs`; after `maxRetryMs` left unacknowledged (sent again after a reconnect) |
  * | fn threw (its key released) | tried again here, `maxAttempts` times in all; then poison |
- * | same key with another payload, no key, a result that could not be stored | poison: `onPoison`, then PUBACK |
+ * | same key with another payload, no key, a repeat of a message whose result was not stored | poison: `onPoison`, then PUBACK |
  *
  * The client needs a session that outlives a disconnect (`clean: false`, and with MQTT 5 a
  * `sessionExpiryInterval` above 0), or an unacknowledged message is lost with its

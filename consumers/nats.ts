@@ -120,7 +120,7 @@ export function idempotentJetStreamHandler<M extends JetStreamMessage, R, Client
  * | fn ran, or an earlier delivery's result was replayed | `ack()` |
  * | the key is in flight elsewhere, the store is down, the lease was lost | `nak(retryDelayMs)` |
  * | fn threw (its key released) | `nak(failureDelayMs)`, `term()` on delivery `maxDeliveries` |
- * | same key with another payload, no key, a result that could not be stored | `term()` |
+ * | same key with another payload, no key, a repeat of a message whose result was not stored | `term()` |
  *
  * The returned function resolves with the settlement and never rejects for the message's
  * own outcome.

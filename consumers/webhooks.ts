@@ -14,10 +14,10 @@
  * app.post('/webhooks/stripe', express.raw({ type: 'application/json' }), receive.node); // Express
  * app.post('/webhooks/stripe', (c) => receive.fetch(c.req.raw)); // Hono, or any fetch handler
  */
-import { deprecatedFunction } from '../src/deprecation.js';
+import { deprecatedFunction, renamedOption } from '../src/deprecation.js';
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { IdempotencyError, IdempotencyKeyError, isIdempotencyError, type IdempotencyErrorCode } from '../src/errors.js';
+import { IdempotencyError, isIdempotencyError, type IdempotencyErrorCode, KeyMissingError } from '../src/errors.js';
 import type { IdempotentOptions } from '../src/idempotent.js';
 import { failureKind } from '../src/outcome.js';
 import { problemResponse, type HttpResponse } from '../src/problem.js';
@@ -63,8 +63,8 @@ export interface VerifiedWebhook<E> {
 export interface WebhookVerifier<E> {
   /** The provider: the key space of its event ids. */
   readonly name: string;
-  /** How long a delivery is remembered by default: the provider's retry window, with a margin. */
-  readonly ttl: number;
+  /** How long a delivery is remembered by default, in ms: the provider's retry window, with a margin. */
+  readonly ttlMs: number;
   /** The largest body the provider sends. */
   readonly maxBodyBytes: number;
   /** Verify the raw body's signature and return the event and its id; throw WebhookSignatureError when it does not verify. */
@@ -107,7 +107,7 @@ export function stripeWebhook<E extends { id: string }>(
   }
   return {
     name: 'stripe',
-    ttl: 4 * DAY,
+    ttlMs: 4 * DAY,
     maxBodyBytes: 1024 * 1024,
     async verify(body, headers) {
       const signature = headers('stripe-signature');
@@ -157,7 +157,7 @@ export function githubWebhook(webhooks: GitHubVerifierLike): WebhookVerifier<Git
   }
   return {
     name: 'github',
-    ttl: 4 * DAY,
+    ttlMs: 4 * DAY,
     maxBodyBytes: 25 * 1024 * 1024,
     async verify(body, headers) {
       const signature = headers('x-hub-signature-256');
@@ -171,7 +171,7 @@ export function githubWebhook(webhooks: GitHubVerifierLike): WebhookVerifier<Git
       }
       if (!valid) throw new WebhookSignatureError('The X-Hub-Signature-256 header does not verify for this body.');
       const id = headers('x-github-delivery');
-      if (!id) throw new IdempotencyKeyError(undefined, 'The request has no X-GitHub-Delivery header.');
+      if (!id) throw new KeyMissingError('The request has no X-GitHub-Delivery header.');
       let parsed: unknown;
       try {
         parsed = JSON.parse(payload);
@@ -210,7 +210,7 @@ export function standardWebhook<E = unknown>(webhook: StandardWebhookLike, optio
   }
   return {
     name: options.name ?? 'standard-webhooks',
-    ttl: 2 * DAY,
+    ttlMs: 2 * DAY,
     maxBodyBytes: 1024 * 1024,
     async verify(body, headers) {
       const signed: Record<string, string> = {};
@@ -232,7 +232,7 @@ export function standardWebhook<E = unknown>(webhook: StandardWebhookLike, optio
         throw new WebhookSignatureError('The webhook-signature header does not verify for this body.', { cause: error });
       }
       const id = signed['webhook-id'];
-      if (!id) throw new IdempotencyKeyError(undefined, 'The request has no webhook-id header.');
+      if (!id) throw new KeyMissingError('The request has no webhook-id header.');
       // svix 2 verifies without parsing (it returns undefined): the event is the verified body's JSON.
       if (event === undefined && body.byteLength > 0) {
         try {
@@ -256,11 +256,13 @@ export interface WebhookDelivery {
 /** The answer to send: status, headers and body bytes. */
 export type WebhookResponse = HttpResponse;
 
-export interface WebhookHandlerOptions<E, R = unknown> extends Omit<IdempotentOptions<[VerifiedWebhook<E>], R>, 'key' | 'scope' | 'fingerprint' | 'ttl'> {
+export interface WebhookHandlerOptions<E, R = unknown> extends Omit<IdempotentOptions<[VerifiedWebhook<E>], R>, 'key' | 'scope' | 'fingerprint' | 'ttl' | 'ttlMs'> {
   /**
    * How long a delivery is remembered, in ms: longer than the provider retries.
    * @default the verifier's: Stripe 4 days, GitHub 4 days, Standard Webhooks 2 days
    */
+  ttlMs?: number;
+  /** @deprecated Renamed `ttlMs`; the old name works until the next minor release. */
   ttl?: number;
   /**
    * The key space of the event ids within the provider's, e.g. `(event) => event.account`
@@ -354,7 +356,8 @@ export function idempotentWebhookHandler<E, R>(
     throw new TypeError('Expected `verifier` to be a webhook verifier: stripeWebhook(), githubWebhook() or standardWebhook()');
   }
   assertFunction('fn', fn);
-  const { scope, onError, maxBodyBytes = verifier.maxBodyBytes, ttl = verifier.ttl } = options ?? {};
+  const { scope, onError, maxBodyBytes = verifier.maxBodyBytes } = options ?? {};
+  const ttlMs = (options ? renamedOption<number>(options, 'ttl', 'ttlMs') : undefined) ?? verifier.ttlMs;
   if (scope !== undefined) assertFunction('scope', scope);
   if (onError !== undefined) assertFunction('onError', onError);
   assertInteger('maxBodyBytes', maxBodyBytes, 1);
@@ -370,7 +373,7 @@ export function idempotentWebhookHandler<E, R>(
       ? (call: Call, client: unknown) => ((call.ran = true), fn(call.verified.event, call.delivery, client))
       : (call: Call) => ((call.ran = true), fn(call.verified.event, call.delivery)),
     // The user's `scope` is applied by scopeOf (a platform event has none).
-    { ...(options as object), ttl, scope: undefined } as never,
+    { ...(options as object), ttl: undefined, ttlMs, scope: undefined } as never,
     {
       key: (call: Call) => call.verified.key ?? call.verified.id,
       scope: scopeOf,

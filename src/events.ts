@@ -17,7 +17,8 @@ export type IdempotencyEventType =
   | 'store-error'
   | 'unprotected'
   | 'ttl-invalid'
-  | 'record-unreadable';
+  | 'record-unreadable'
+  | 'result-not-stored';
 
 export interface IdempotencyEvent {
   type: IdempotencyEventType;
@@ -29,6 +30,11 @@ export interface IdempotencyEvent {
   /** The response status (`completed`, `released`, `replayed`). */
   status?: number;
   error?: unknown;
+  /**
+   * `result-not-stored`: why a result was not stored (the key completed without it, a retry
+   * is refused as `response-not-replayable`): over the size limit, or not faithfully storable.
+   */
+  reason?: 'too-large' | 'not-storable';
   /** `record-unreadable`: the encryption key id the record was sealed under (undefined when it names none). */
   keyId?: string;
 }

@@ -5,7 +5,7 @@
  * @module
  */
 import { Engine } from './engine.js';
-import { KeyMissingError, isIdempotencyError, ScopeRequiredError, type IdempotencyError } from './errors.js';
+import { KeyMissingError, isIdempotencyError, ResultNotStorableError, ScopeRequiredError, type IdempotencyError } from './errors.js';
 import { FieldSelection, requestFingerprint, type FingerprintFields } from './fingerprint.js';
 import { parseIdempotencyKey } from './key.js';
 import { idempotencyDisabled } from './kill-switch.js';
@@ -539,7 +539,14 @@ class LeaseClaim<Req> implements HttpClaim, RequestTransaction {
       if (stored === undefined) {
         operation = 'release';
         await lease.release(response.status);
-      } else await lease.complete(stored, context.ttlFor(this.raw, response, lease.key, lease.scope));
+      } else {
+        if (stored.body === null && response.body !== null && context.engine.observed()) {
+          // The same event as a returned result that is not stored (docs/semantics.md#results-that-are-not-stored).
+          const error = new ResultNotStorableError(`The response body is ${response.body.byteLength} bytes, more than the ${this.maxResponseBytes} bytes allowed`);
+          context.engine.emit({ type: 'result-not-stored', key: lease.key, scope: lease.scope, status: response.status, reason: 'too-large', error });
+        }
+        await lease.complete(stored, context.ttlFor(this.raw, response, lease.key, lease.scope));
+      }
     } catch (error) {
       context.engine.storeError(operation, lease.key, lease.scope, error);
     }

@@ -10,12 +10,12 @@ import { createHash } from 'node:crypto';
 import { Engine } from './engine.js';
 import { isTransactionalStore, type TransactionalStore } from './transaction.js';
 import { idempotencyDisabled } from './kill-switch.js';
-import { IdempotencyKeyError, ResultNotStorableError, ScopeRequiredError } from './errors.js';
+import { IdempotencyKeyError, ScopeRequiredError, KeyInvalidError, KeyMissingError } from './errors.js';
 import { hashValue } from './fingerprint.js';
 import type { KeySpace } from './key.js';
 import { splitTtl, type EngineOptions } from './options.js';
-import { deserializeResult, serializeResult } from './serialize.js';
-import { assertFunction, describeValue } from './validate.js';
+import { DEFAULT_MAX_RESULT_BYTES, runOnce } from './run-once.js';
+import { assertFunction, assertInteger, describeValue } from './validate.js';
 
 // `any` is needed for the constraint: `unknown[]` parameters would reject every fn that
 // declares a parameter type (parameters are contravariant).
@@ -61,6 +61,15 @@ export interface IdempotentOptions<Args extends readonly unknown[], Result = unk
    * @default none
    */
   onReplay?(result: Result, args: Args): unknown;
+  /**
+   * The largest result that is stored, serialized, in bytes. A larger result, or one that
+   * cannot be stored faithfully (a function, a class instance, a cycle), is returned to the
+   * caller as it is while the key completes without it: a `result-not-stored` event says
+   * why, and a repeat call throws ResponseNotReplayableError, fn never runs twice
+   * (docs/semantics.md#results-that-are-not-stored).
+   * @default 1048576 (1 MiB)
+   */
+  maxResultBytes?: number;
 }
 
 /**
@@ -86,15 +95,20 @@ export interface IdempotentTransactionOptions<Args extends readonly unknown[], C
   transaction: true;
 }
 
+/** What an entry point built on `idempotentIn` may add to the flow. Internal. */
+export interface IdempotentHooks {
+  /** What of fn's result is stored (RPC: what its transport sends); a throw counts as not storable. */
+  storedForm?(result: unknown): unknown;
+}
+
 /** The wrapper `idempotent(fn)` returns: fn's parameters and `this`, always async. */
 export type IdempotentFunction<F extends AnyFunction> = (
   this: ThisParameterType<F>,
   ...args: Parameters<F>
 ) => Promise<Awaited<ReturnType<F>>>;
 
-// The status a stored result carries. Records are shared with the HTTP layer's store;
-// the fingerprint prefix below keeps a function record from ever replaying to HTTP.
-const RESULT_STATUS = 200;
+// Records are shared with the HTTP layer's store; the fingerprint prefix keeps a function
+// record from ever replaying to HTTP.
 const FINGERPRINT_PREFIX = 'fn:';
 
 
@@ -112,7 +126,7 @@ function fingerprintOf(value: unknown): string {
  * or not at all. A crash at any point either leaves both (a retry replays) or neither (a
  * retry runs fn again).
  *
- * - fn throws, or its result cannot be stored: rolled back, the key released, the error rethrown;
+ * - fn throws, or its result cannot be stored (or is over `maxResultBytes`): rolled back, the key released, the error rethrown;
  * - the lease ended before the commit (another caller took the key over): rolled back, LeaseLostError;
  * - serialization failure or deadlock: fn runs again in a new transaction (bounded), then TransactionConflictError.
  */
@@ -136,10 +150,11 @@ export function idempotent<Args extends unknown[], R, Client, This = unknown>(
  * - same key, different fingerprint: KeyReusedError;
  * - fn throws: the key is released and fn's error is rethrown as it is, so a retry runs fn again.
  *
- * Results round-trip through {@link serializeResult}: JSON values, `undefined`, `Date`,
+ * Results round-trip through the result encoding: JSON values, `undefined`, `Date`,
  * `Buffer` / `Uint8Array`, `Map`, `Set`, `bigint`. A result that cannot be stored (a
- * function, a class instance, a cycle) throws ResultNotStorableError after fn ran; see
- * there for why fn still never runs twice.
+ * function, a class instance, a cycle) or is over `maxResultBytes` is returned as it is
+ * and the key completes without it: a repeat throws ResponseNotReplayableError, fn never
+ * runs twice, and a `result-not-stored` event says why.
  */
 export function idempotent<F extends AnyFunction>(
   fn: F,
@@ -161,6 +176,7 @@ export function idempotentIn<F extends AnyFunction>(
   space: KeySpace,
   fn: F,
   options: IdempotentOptions<Parameters<F>> | IdempotentTransactionOptions<Parameters<F>, unknown>,
+  hooks?: IdempotentHooks,
 ): IdempotentFunction<F> {
   assertFunction('fn', fn);
   const inTransaction = (options as { transaction?: unknown } | null)?.transaction;
@@ -189,6 +205,9 @@ export function idempotentIn<F extends AnyFunction>(
   if (fingerprintFn !== undefined) assertFunction('fingerprint', fingerprintFn);
   const onReplay = (options as IdempotentOptions<Parameters<F>>).onReplay;
   if (onReplay !== undefined) assertFunction('onReplay', onReplay);
+  const maxResultBytes = (options as IdempotentOptions<Parameters<F>>).maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES;
+  assertInteger('maxResultBytes', maxResultBytes, 0);
+  const storedForm = hooks?.storedForm;
   // The kill switch: every call runs fn as it is (said loudly once, refused in production unless forced).
   if (idempotencyDisabled()) {
     return async function unprotectedCall(this: ThisParameterType<F>, ...args: Parameters<F>): Promise<Awaited<ReturnType<F>>> {
@@ -206,83 +225,27 @@ export function idempotentIn<F extends AnyFunction>(
   return async function idempotentCall(this: ThisParameterType<F>, ...args: Parameters<F>): Promise<Awaited<ReturnType<F>>> {
     // Everything about the call is checked before fn can run.
     const key: unknown = keyFn(...args);
-    if (key === undefined || key === null) throw new IdempotencyKeyError(undefined, 'The key function returned no key.');
+    if (key === undefined || key === null) throw new KeyMissingError('The key function returned no key.');
     if (typeof key !== 'string') throw new TypeError(`Expected \`key()\` to return a string, got ${describeValue(key)}`);
-    if (key === '') throw new IdempotencyKeyError('empty', 'The key function returned an empty key.');
+    if (key === '') throw new KeyInvalidError('empty', 'The key function returned an empty key.');
     const scope = scopeFn === undefined ? undefined : scopeOf(scopeFn(...args));
     const fingerprint = fingerprintFn ? fingerprintOf(fingerprintFn(...args)) : FINGERPRINT_PREFIX;
-    const run = inTransaction
-      ? // Unprotected (the store failed and onStoreError is 'continue'): still one transaction, without a record.
-        async () => (await transactional.transaction((client) => fn.apply(this, [...args, client]) as Promise<Awaited<ReturnType<F>>>)).value
-      : () => fn.apply(this, args) as Promise<Awaited<ReturnType<F>>>;
 
-    let acquired;
-    try {
-      acquired = await engine.acquire(key, scope, fingerprint, space);
-    } catch (error) {
-      if (engine.runsUnprotected(error, key, scope)) return await run();
-      throw error;
-    }
-    if (acquired.type === 'replay') {
-      // A completed record without a body is answered by the engine (not-replayable).
-      const result = deserializeResult(acquired.record.response.body!) as Awaited<ReturnType<F>>;
-      return onReplay ? (onReplay(result, args) as Awaited<ReturnType<F>>) : result;
-    }
-
-    const { lease } = acquired;
-    if (inTransaction) {
-      const { value } = await lease.transaction(
-        (client) => fn.apply(this, [...args, client]) as Promise<Awaited<ReturnType<F>>>,
-        (value) => {
-          try {
-            return { status: RESULT_STATUS, headers: {}, body: serializeResult(value) };
-          } catch (error) {
-            if (!(error instanceof ResultNotStorableError)) throw error;
-            throw new ResultNotStorableError(
-              `fn's result cannot be stored: ${error.message}. Its transaction was rolled back and the key ${describeValue(key)} ` +
-                'released, so fn had no effect. Return plain data (JSON values, undefined, Date, Buffer, Uint8Array, Map, ' +
-                'Set, bigint); the result is on `error.result`.',
-              { result: value, cause: error },
-            );
-          }
-        },
-      );
-      return value;
-    }
-    let result: Awaited<ReturnType<F>>;
-    try {
-      result = await run();
-    } catch (error) {
-      // Release so that a redelivery runs fn again; the caller sees fn's own error.
-      // A lost lease is reported by the lease itself (lease-lost); a store failure here
-      // leaves the record to expire after leaseMs, which also lets a retry run fn.
-      await lease.release().catch((releaseError: unknown) => engine.storeError('release', key, scope, releaseError));
-      throw error;
-    }
-
-    let body: Uint8Array | null;
-    let notStorable: ResultNotStorableError | undefined;
-    try {
-      body = serializeResult(result);
-    } catch (error) {
-      if (!(error instanceof ResultNotStorableError)) throw error;
-      // fn's effect has happened: releasing would let a retry run it twice. The record
-      // completes without a result instead, so a repeat gets ResponseNotReplayableError.
-      body = null;
-      notStorable = new ResultNotStorableError(
-        `fn ran, but its result cannot be stored: ${error.message}. The key ${describeValue(key)} was completed without a ` +
-          'result, so a repeat call throws ResponseNotReplayableError and fn does not run again. Return plain data ' +
-          '(JSON values, undefined, Date, Buffer, Uint8Array, Map, Set, bigint); the result is on `error.result`.',
-        { result, cause: error },
-      );
-    }
-    // A store failure here must not hide fn's result: the effect happened. A lost
-    // lease refuses the write and emits lease-lost; the caller still gets its result.
-    const ttl = engine.ttlFor(ttlFn && (() => ttlFn(args, result)), key, scope);
-    await lease
-      .complete({ status: RESULT_STATUS, headers: {}, body }, ttl)
-      .catch((error: unknown) => engine.storeError('complete', key, scope, error));
-    if (notStorable) throw notStorable;
-    return result;
+    const outcome = await runOnce<Awaited<ReturnType<F>>>(engine, {
+      key,
+      scope,
+      fingerprint,
+      space,
+      run: inTransaction
+        ? (client) => fn.apply(this, [...args, client]) as Promise<Awaited<ReturnType<F>>>
+        : () => fn.apply(this, args) as Promise<Awaited<ReturnType<F>>>,
+      transaction: inTransaction === true,
+      maxResultBytes,
+      storedForm,
+      ttlMs: ttlFn && ((result) => engine.ttlFor(() => ttlFn(args, result), key, scope)),
+    });
+    if (outcome.type !== 'replayed') return outcome.value;
+    const result = outcome.value as Awaited<ReturnType<F>>;
+    return onReplay ? (onReplay(result, args) as Awaited<ReturnType<F>>) : result;
   };
 }

@@ -26,6 +26,8 @@ export interface EventMessage {
   error?: unknown;
   /** `record-unreadable`: the encryption key id the record was sealed under. */
   keyId?: string;
+  /** `result-not-stored`: `too-large` or `not-storable`. */
+  reason?: IdempotencyEvent['reason'];
   /** The store's name (`redis`, `postgres`, …). */
   store: string;
 }
@@ -259,6 +261,7 @@ export class Telemetry {
       const attributes: Attributes = { 'idempotency.event.type': event.type, 'idempotency.store.name': this.#store };
       if (event.operation) attributes['idempotency.store.operation'] = event.operation;
       if (event.keyId !== undefined) attributes['idempotency.encryption.key_id'] = event.keyId;
+      if (event.reason !== undefined) attributes['idempotency.result.not_stored_reason'] = event.reason;
       guard(() => otel.events.add(1, this.#scoped(attributes, event.scope)));
     }
     if (eventChannel.hasSubscribers) {
@@ -268,6 +271,7 @@ export class Telemetry {
       if (event.status !== undefined) message.status = event.status;
       if (event.error !== undefined) message.error = event.error;
       if (event.keyId !== undefined) message.keyId = event.keyId;
+      if (event.reason !== undefined) message.reason = event.reason;
       eventChannel.publish(message);
     }
   }

@@ -8,12 +8,12 @@
  * `[root, args, context, info]`, and the resolver's result.
  * @module
  */
-import { IdempotencyKeyError, isIdempotencyError, ResultNotStorableError, ScopeRequiredError, type IdempotencyError } from '../../src/errors.js';
+import { IdempotencyKeyError, isIdempotencyError, ResultNotStorableError, ScopeRequiredError, type IdempotencyError, KeyInvalidError, KeyMissingError } from '../../src/errors.js';
 import { FieldSelection, hashValue } from '../../src/fingerprint.js';
 import type { Idempotency } from '../../src/http.js';
 import { checkKey, parseIdempotencyKey, type KeyParseResult } from '../../src/key.js';
 import { problemResponse, problemType, type HttpResponse } from '../../src/problem.js';
-import { deserializeResult, serializeResult } from '../../src/serialize.js';
+import { runOnce } from '../../src/run-once.js';
 import { describeValue } from '../../src/validate.js';
 
 /** The GraphQL context as `@nestjs/apollo` builds it: the HTTP request on `req` (and `res` when the app's `context` puts it there). */
@@ -243,7 +243,7 @@ export async function runResolver<Req>(
       fromArgument = true;
       if (parsed.key !== undefined && fromHeader.key !== undefined && fromHeader.key !== parsed.key) {
         refuse(
-          new IdempotencyKeyError('several-values', 'The request carries more than one idempotency key.'),
+          new KeyInvalidError('several-values', 'The request carries more than one idempotency key.'),
           `The ${layer.header} header and ${policy.keyArgName} name different idempotency keys; send one of them.`,
         );
       }
@@ -253,7 +253,7 @@ export async function runResolver<Req>(
     if (parsed.error) refuse(parsed.error);
     if (!layer.required) return deps.run();
     const where = policy.keyArgName ? `${policy.keyArgName} or the ${layer.header} header` : `the ${layer.header} header`;
-    refuse(new IdempotencyKeyError(undefined, 'Idempotency key missing.'), `This mutation requires an idempotency key: ${where}.`);
+    refuse(new KeyMissingError('Idempotency key missing.'), `This mutation requires an idempotency key: ${where}.`);
   }
   const key = parsed.key as string;
   if (!fromArgument && req) {
@@ -263,7 +263,7 @@ export async function runResolver<Req>(
     headerKeysUsed.set(req, used);
     if (used.has(key)) {
       refuse(
-        new IdempotencyKeyError('several-values', 'The request carries more than one idempotency key.'),
+        new KeyInvalidError('several-values', 'The request carries more than one idempotency key.'),
         `The ${layer.header} header names one mutation, and this request has several protected mutations: give each its own key` +
           (policy.keyArgName ? ` through ${policy.keyArgName}.` : ' (with the `keyArg` option, an argument of each).'),
       );
@@ -280,58 +280,37 @@ export async function runResolver<Req>(
   const counted = policy.selection ? policy.selection.apply(args) : args;
   const fingerprint = `gql:${hashValue({ field: `${resolverInfo.parentType.name}.${resolverInfo.fieldName}`, args: counted ?? null })}`;
 
-  let acquired;
+  // The one "run once, store the result" flow, with what GraphQL adds: the refusals as
+  // GraphQL errors, the stored form (the fields the operation selected, read as GraphQL
+  // reads them), renewals stopped when the client has gone.
+  let outcome;
+  let ran = false;
   try {
-    acquired = await layer.engine.acquire(key, scopeValue, fingerprint);
+    outcome = await runOnce(layer.engine, {
+      key,
+      scope: scopeValue,
+      fingerprint,
+      run: () => {
+        ran = true;
+        return deps.run();
+      },
+      maxResultBytes: layer.maxResponseBytes,
+      storedForm: (result) => selectedData(result, resolverInfo),
+      ttlMs: (_result, stored) => layer.ttlFor((req ?? {}) as Req, stored, key, scopeValue),
+      watchClient: (abandon) => {
+        const response = responseStream(context);
+        response?.once('close', abandon);
+        return () => response?.off('close', abandon);
+      },
+    });
   } catch (error) {
-    if (layer.engine.runsUnprotected(error, key, scopeValue)) return deps.run();
-    if (isIdempotencyError(error)) refuse(error);
+    // A thrown error of the resolver (a GraphQLError, an HttpException, anything) is not a
+    // result: the flow released the key and it reaches the client as it is.
+    if (!ran && isIdempotencyError(error)) refuse(error);
     throw error;
   }
-  if (acquired.type === 'replay') {
-    setReplayedHeader(context);
-    // A completed record without a result is refused by the engine (not replayable).
-    return deserializeResult(acquired.record.response.body!);
-  }
-
-  const { lease } = acquired;
-  // The client gone before the result (its response closed first): renewals stop, so a
-  // resolver that hangs frees its key after leaseMs; a result that still comes is stored.
-  const response = responseStream(context);
-  const gone = () => lease.abandon();
-  response?.once('close', gone);
-  let result: unknown;
-  try {
-    result = await deps.run();
-  } catch (error) {
-    // A thrown error (a GraphQLError, an HttpException, anything) is not a result: the
-    // key is released, so a retry runs the mutation again.
-    await lease.release().catch((releaseError: unknown) => layer.engine.storeError('release', key, scopeValue, releaseError));
-    throw error;
-  } finally {
-    response?.off('close', gone);
-  }
-  // What is stored is what the client received: the fields its operation selected, read
-  // as GraphQL reads them. Whatever fails on the way (a getter that throws, a value that
-  // cannot be stored) completes the record without a result: the mutation's effect
-  // happened, so a retry is refused as not replayable, never run twice, and the claim
-  // always ends here (its renewals stop).
-  let body: Uint8Array | null;
-  try {
-    body = serializeResult(await selectedData(result, resolverInfo));
-    if (body.byteLength > layer.maxResponseBytes) body = null;
-  } catch {
-    body = null;
-  }
-  const stored = { status: 200, headers: {}, body };
-  let ttl: number;
-  try {
-    ttl = layer.ttlFor((req ?? {}) as Req, stored, key, scopeValue);
-  } catch {
-    ttl = layer.engine.options.ttlMs;
-  }
-  await lease.complete(stored, ttl).catch((error: unknown) => layer.engine.storeError('complete', key, scopeValue, error));
-  return result;
+  if (outcome.type === 'replayed') setReplayedHeader(context);
+  return outcome.value;
 }
 
 const KEPT = [Date, Uint8Array, Map, Set];

@@ -13,7 +13,8 @@
  */
 import type { CallHandler, ExecutionContext, Type } from '@nestjs/common';
 import { Observable, defer, from, lastValueFrom, mergeMap, toArray } from 'rxjs';
-import { IdempotencyKeyError, ResultNotStorableError, isIdempotencyError, type IdempotencyError } from '../../src/errors.js';
+import { renamedOption } from '../../src/deprecation.js';
+import { ResultNotStorableError, isIdempotencyError, type IdempotencyError, KeyMissingError } from '../../src/errors.js';
 import { idempotentIn } from '../../src/idempotent.js';
 import type { KeySpace } from '../../src/key.js';
 import type { EngineOptions } from '../../src/options.js';
@@ -68,10 +69,12 @@ export interface IdempotentRpcOptions {
    */
   required?: boolean;
   /**
-   * How long a result replays, in ms. The module's `ttl` applies when it is a number (a
-   * `ttl` function is the HTTP requests' own).
-   * @default the module's `ttl` when a number, else 86400000 (24 h)
+   * How long a result replays, in ms. The module's `ttlMs` applies when it is a number (a
+   * `ttlMs` function is the HTTP requests' own).
+   * @default the module's `ttlMs` when a number, else 86400000 (24 h)
    */
+  ttlMs?: number;
+  /** @deprecated Renamed `ttlMs`; the old name works until the next minor release. */
   ttl?: number;
   /**
    * Called when the layer answers a message without running its handler (a replay,
@@ -95,6 +98,8 @@ export interface IdempotentRpcOptions {
 export interface NestRpcModuleOptions extends Partial<Omit<EngineOptions, 'store' | 'ttl' | 'ttlMs'>> {
   ttl?: unknown;
   ttlMs?: unknown;
+  /** The largest answer that is stored (serialized, in bytes); a larger one is sent and not stored. @default 1048576 */
+  maxResponseBytes?: number;
   header?: string;
   encryption?: EngineOptions['encryption'];
   rpc?: IdempotentRpcOptions;
@@ -110,7 +115,7 @@ export interface RpcRefusal {
   retryable: boolean;
 }
 
-const RPC_KEYS = new Set(['key', 'scope', 'fingerprint', 'required', 'ttl', 'onReplay', 'keySpace']);
+const RPC_KEYS = new Set(['key', 'scope', 'fingerprint', 'required', 'ttlMs', 'ttl', 'onReplay', 'keySpace']);
 
 /** Checks `rpc` options (module, class or handler level), with a TypeError naming the option. */
 export function checkRpcOptions(rpc: unknown): asserts rpc is IdempotentRpcOptions | undefined {
@@ -121,7 +126,8 @@ export function checkRpcOptions(rpc: unknown): asserts rpc is IdempotentRpcOptio
   for (const name of Object.keys(rpc)) {
     if (!RPC_KEYS.has(name)) throw new TypeError(`Unknown \`rpc\` option \`${name}\` (expected one of ${[...RPC_KEYS].join(', ')})`);
   }
-  const { key, scope, fingerprint, required, ttl, onReplay, keySpace } = rpc as IdempotentRpcOptions;
+  const { key, scope, fingerprint, required, onReplay, keySpace } = rpc as IdempotentRpcOptions;
+  const ttl = renamedOption<unknown>(rpc, 'ttl', 'ttlMs');
   if (keySpace !== undefined && (typeof keySpace !== 'string' || keySpace === '')) {
     throw new TypeError(`Expected \`rpc.keySpace\` to be a non-empty string, got ${describeValue(keySpace)}`);
   }
@@ -137,7 +143,7 @@ export function checkRpcOptions(rpc: unknown): asserts rpc is IdempotentRpcOptio
   if (required !== undefined && typeof required !== 'boolean') {
     throw new TypeError(`Expected \`rpc.required\` to be a boolean, got ${describeValue(required)}`);
   }
-  if (ttl !== undefined) assertInteger('rpc.ttl', ttl, 1);
+  if (ttl !== undefined) assertInteger('rpc.ttlMs', ttl, 1);
   if (onReplay !== undefined) assertFunction('rpc.onReplay', onReplay);
 }
 
@@ -185,29 +191,22 @@ function keyString(value: unknown, from: string): string | undefined {
   if (typeof value === 'string') return value;
   if ((typeof value === 'number' && Number.isFinite(value)) || typeof value === 'bigint') return String(value);
   if (Buffer.isBuffer(value) && value.length > 0) return value.toString('utf8');
-  throw new IdempotencyKeyError(undefined, `The message's key (${from}) is ${typeof value}, not a string or a number.`);
+  throw new KeyMissingError(`The message's key (${from}) is ${typeof value}, not a string or a number.`);
 }
 
-/** fn's result could not be stored (not even as the JSON the transport sends): answered as it is, the key released. */
-class NotStorable extends Error {
-  constructor(readonly values: unknown[]) {
-    super('not storable');
-  }
-}
-
-/** The handler's values as they can be stored: as they are, else as the JSON the transport sends. */
-function storable(values: unknown[]): unknown[] {
+/**
+ * What of a handler's values is stored: the values as they are, else as the JSON the
+ * transport sends (a class instance as its JSON). Neither (a cycle, a BigInt in a plain
+ * object's JSON) throws, and the flow completes the key without a stored result.
+ */
+function storedForm(values: unknown): unknown {
   try {
     serializeResult(values);
     return values;
   } catch (error) {
     if (!(error instanceof ResultNotStorableError)) throw error;
   }
-  try {
-    return JSON.parse(JSON.stringify(values)) as unknown[];
-  } catch {
-    throw new NotStorable(values);
-  }
+  return JSON.parse(JSON.stringify(values)) as unknown;
 }
 
 type RpcExceptionClass = new (error: object) => Error;
@@ -319,7 +318,8 @@ export class NestRpc {
     };
     const header = merged.header ?? 'Idempotency-Key';
     const { key, scope, fingerprint, required = true, onReplay } = rpc;
-    const ttl = rpc.ttl ?? (typeof merged.ttl === 'number' ? merged.ttl : undefined);
+    const moduleTtl = merged.ttlMs ?? merged.ttl;
+    const ttlMs = rpc.ttlMs ?? rpc.ttl ?? (typeof moduleTtl === 'number' ? moduleTtl : undefined);
     const keyOf =
       typeof key === 'function'
         ? (data: unknown, context: RpcContext) => keyString(key(data, context), 'the `rpc.key` function')
@@ -333,7 +333,7 @@ export class NestRpc {
       (_data: unknown, _context: RpcContext, work: () => Promise<unknown[]>) => work(),
       {
         store: this.#store,
-        wait: merged.wait,
+        waitMs: merged.waitMs ?? merged.wait,
         leaseMs: merged.leaseMs,
         storeTimeoutMs: merged.storeTimeoutMs,
         onStoreError: merged.onStoreError,
@@ -341,15 +341,17 @@ export class NestRpc {
         now: merged.now,
         telemetry: merged.telemetry,
         encryption: merged.encryption,
-        ttl,
+        ttlMs,
         key: (data, context) => {
           const value = keyOf(data, context);
-          if (value === undefined) throw new IdempotencyKeyError(undefined, `The message has no idempotency key (${keyWhere(key, header)}).`);
+          if (value === undefined) throw new KeyMissingError(`The message has no idempotency key (${keyWhere(key, header)}).`);
           return value;
         },
         scope: typeof scope === 'function' ? (data, context) => scope(data, context) as string : undefined,
         fingerprint: fingerprint === false ? undefined : fingerprint ? (data, context) => fingerprint(data, context) : (data) => data,
+        maxResultBytes: merged.maxResponseBytes,
       },
+      { storedForm },
     );
     return {
       run: required ? run : (data, context, work) => (keyOf(data, context) === undefined ? work() : run(data, context, work)),
@@ -377,13 +379,11 @@ export class NestRpc {
       try {
         const values = await run(data, transport, async () => {
           ran = true;
-          return storable(await lastValueFrom(next.handle().pipe(toArray())));
+          return lastValueFrom(next.handle().pipe(toArray()));
         });
         if (!ran) protection.onReplay?.(data, transport);
         return from(values);
       } catch (error) {
-        // Answered as it is, released (the idempotent() engine emitted `released`).
-        if (error instanceof NotStorable) return from(error.values);
         // The handler's own errors (and their redelivery) are the application's.
         if (!ran && isIdempotencyError(error)) throw await refusal(error as IdempotencyError);
         throw error;

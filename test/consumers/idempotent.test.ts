@@ -398,7 +398,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
     paused.resume();
   });
 
-  it('C1: an unstorable result throws ResultNotStorableError after fn ran (with the result); a repeat gets ResponseNotReplayableError, fn never runs twice', async () => {
+  it('C1 H12: an unstorable result is returned as it is; the key completes without it (result-not-stored, not-storable); a repeat gets ResponseNotReplayableError, fn never runs twice', async () => {
     class Invoice {
       constructor(readonly total: number) {}
     }
@@ -410,24 +410,55 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
       ['a cycle', circular, /circular reference at result\.self/],
       ['a symbol', [Symbol('s')], /Cannot store a symbol at result\[0\]/],
       ['an Error', new Error('x'), /instance of Error at result/],
+      [
+        'a getter that throws',
+        Object.defineProperty({}, 'boom', {
+          enumerable: true,
+          get() {
+            throw new Error('boom');
+          },
+        }),
+        /Reading the result to store it failed: boom/,
+      ],
     ];
     for (const [, result, message] of cases) {
       const { fn, calls } = counted(() => result);
       const k = key();
       const events: IdempotencyEvent[] = [];
       const handle = idempotent(fn, { store, key: () => k, onEvent: (e) => events.push(e) });
-      const error = (await handle().catch((e: unknown) => e)) as ResultNotStorableError;
-      expect(error).toBeInstanceOf(ResultNotStorableError);
-      expect(error).toMatchObject({ code: 'result-not-storable', retryable: false });
-      expect(error.message).toMatch(message);
-      expect(error.message).toMatch(/fn ran/);
-      expect(error.result).toBe(result);
-      expect(events.map((e) => e.type)).toEqual(['claimed', 'completed']);
+      expect(await handle()).toBe(result);
+      expect(events.map((e) => e.type)).toEqual(['claimed', 'result-not-stored', 'completed']);
+      const notStored = events[1]!;
+      expect(notStored).toMatchObject({ key: k, reason: 'not-storable' });
+      expect(notStored.error).toBeInstanceOf(ResultNotStorableError);
+      expect((notStored.error as Error).message).toMatch(message);
       const repeat = await handle().catch((e: unknown) => e);
       expect(repeat).toBeInstanceOf(ResponseNotReplayableError);
       expect(repeat).toMatchObject({ code: 'response-not-replayable', retryable: false });
       expect(calls).toHaveLength(1);
     }
+  });
+
+  it('C1 H12: a result over maxResultBytes is returned as it is; the key completes without it (result-not-stored, too-large), never runs twice; one at the limit replays', async () => {
+    const big = 'x'.repeat(2000);
+    const { fn, calls } = counted(() => ({ big }));
+    const k = key();
+    const events: IdempotencyEvent[] = [];
+    const handle = idempotent(fn, { store, key: () => k, maxResultBytes: 1000, onEvent: (e) => events.push(e) });
+    expect(await handle()).toEqual({ big });
+    expect(events.map((e) => e.type)).toEqual(['claimed', 'result-not-stored', 'completed']);
+    expect(events[1]).toMatchObject({ reason: 'too-large' });
+    expect((events[1]!.error as Error).message).toMatch(/more than the 1000 bytes allowed/);
+    expect(await handle().catch((e: unknown) => e)).toBeInstanceOf(ResponseNotReplayableError);
+    expect(calls).toHaveLength(1);
+
+    const exact = serializeResult({ big }).byteLength;
+    const k2 = key();
+    const atLimit = idempotent(fn, { store, key: () => k2, maxResultBytes: exact });
+    expect(await atLimit()).toEqual({ big });
+    expect(await atLimit()).toEqual({ big });
+    expect(calls).toHaveLength(2);
+    expect(() => idempotent(fn, { store, key: () => k, maxResultBytes: -1 })).toThrow(/maxResultBytes/);
   });
 });
 

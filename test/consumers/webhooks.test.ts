@@ -277,9 +277,9 @@ describe.skipIf(!available)('webhooks over real HTTP', () => {
 
   it('the default ttl covers each provider\'s retries: Stripe 4 days, GitHub 4 days, Standard Webhooks 2 days', () => {
     const day = 86_400_000;
-    expect(stripeWebhook(stripe, { secret: STRIPE_SECRET }).ttl).toBe(4 * day);
-    expect(githubWebhook(octokit).ttl).toBe(4 * day);
-    expect(standardWebhook(standard).ttl).toBe(2 * day);
+    expect(stripeWebhook(stripe, { secret: STRIPE_SECRET }).ttlMs).toBe(4 * day);
+    expect(githubWebhook(octokit).ttlMs).toBe(4 * day);
+    expect(standardWebhook(standard).ttlMs).toBe(2 * day);
   });
 
   it('transaction: true: the handler writes in the transaction that records the event; a failure leaves nothing', async () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../../drivers/memory.js';
 import { RequestInProgressError, IdempotencyKeyError, StoreUnavailableError, BodyTooLargeError } from '../../src/errors.js';
+import type { IdempotencyEvent } from '../../src/events.js';
 import { createIdempotency, defaultStoreResponse, type HttpRequestInfo } from '../../src/http.js';
 import { problemResponse } from '../../src/problem.js';
 
@@ -66,10 +67,15 @@ describe('HTTP policy (src/http.ts)', () => {
   });
 
   it('H12: a body over maxResponseBytes completes without a body: the retry gets 409 response-not-replayable', async () => {
-    const layer = createIdempotency({ store: memoryStore(), scope: 'shared', maxResponseBytes: 4 });
+    const events: IdempotencyEvent[] = [];
+    const layer = createIdempotency({ store: memoryStore(), scope: 'shared', maxResponseBytes: 4, onEvent: (e) => events.push(e) });
     const first = await layer.begin(request());
     if (first.type !== 'execute') throw new Error(first.type);
     await first.claim.finish({ status: 200, headers: {}, body: new Uint8Array(5) });
+    // The same event as a result that is not stored at the other entry points.
+    expect(events.map((e) => e.type)).toEqual(['claimed', 'result-not-stored', 'completed']);
+    expect(events[1]).toMatchObject({ key: 'key-1', reason: 'too-large', status: 200 });
+    expect((events[1]!.error as Error).message).toMatch(/5 bytes, more than the 4 bytes allowed/);
     const again = await layer.begin(request());
     expect(again.type === 'respond' && again.response.status).toBe(409);
     expect(again.type === 'respond' && JSON.parse(Buffer.from(again.response.body).toString()).code).toBe('response-not-replayable');

@@ -102,7 +102,8 @@ describe('memory store specifics', () => {
         runs.push(`${tenant}/${id}`);
         return { id, blob: 'x'.repeat(size) };
       },
-      { store, key: (_tenant, id) => id, scope: (tenant) => tenant },
+      // Results over idempotent()'s 1 MiB default limit: stored here, as eviction is what is tested.
+      { store, key: (_tenant, id) => id, scope: (tenant) => tenant, maxResultBytes: 4 * 1024 * 1024 },
     );
     await order('tenant-b', 'order-1', 1000);
     for (let i = 0; i < 70; i++) await order('tenant-a', `bulk-${i}`, 1024 * 1024);

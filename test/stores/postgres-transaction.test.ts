@@ -103,6 +103,27 @@ describe.skipIf(!available)('PostgreSQL: effect and record in one transaction', 
     await store.close();
   });
 
+  it('C1: a result over maxResultBytes rolls the write back and releases the key (fn had no effect); within the limit it commits', async () => {
+    const store = postgresStore({ pool, table: records });
+    const order = (max: number) =>
+      idempotent(
+        async (id: string, client) => {
+          await client.query(`INSERT INTO "${orders}" (key, amount) VALUES ($1, 1)`, [id]);
+          return { note: 'x'.repeat(500) };
+        },
+        { store, key: (id) => id, transaction: true, maxResultBytes: max },
+      );
+    const error = await order(100)('big').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ResultNotStorableError);
+    expect((error as Error).message).toMatch(/more than the 100 bytes allowed.*rolled back/s);
+    expect((error as ResultNotStorableError).result).toEqual({ note: 'x'.repeat(500) });
+    expect(await count('big')).toBe(0);
+    // Released: a retry with a larger limit runs and commits.
+    expect(await order(10_000)('big')).toEqual({ note: 'x'.repeat(500) });
+    expect(await count('big')).toBe(1);
+    await store.close();
+  });
+
   it('a failed COMMIT (deferred constraint) rolls back both and releases the key; the database error is rethrown', async () => {
     const ledger = fresh('ik_tx_ledger');
     tables.push(ledger);
