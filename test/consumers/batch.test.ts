@@ -190,7 +190,7 @@ describe('idempotentBatch() options and edge cases', () => {
     );
     const error = await idempotentBatch(messages, (m) => m.n, { store, key: (m) => m.id, itemIdentifier: () => '' }).catch((e: Error) => e);
     expect((error as Error).message).toMatch(/its `itemIdentifier` gave no id/);
-    expect(((error as Error).cause as Error).name).toBe('IdempotencyKeyError');
+    expect(((error as Error).cause as Error).name).toBe('KeyInvalidError');
   });
 
   it('types: results and messages keep their types', async () => {

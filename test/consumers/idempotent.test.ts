@@ -16,6 +16,8 @@ import {
   RequestInProgressError,
   IdempotencyError,
   IdempotencyKeyError,
+  KeyInvalidError,
+  KeyMissingError,
   ScopeRequiredError,
   KeyReusedError,
   ResponseNotReplayableError,
@@ -677,8 +679,8 @@ describe('C4: errors across copies of the package', () => {
 
   it('C4: codes are stable strings, one per class', () => {
     const codes = [
-      new IdempotencyKeyError(undefined, 'm'),
-      new IdempotencyKeyError('too-long', 'm'),
+      new KeyMissingError('m'),
+      new KeyInvalidError('too-long', 'm'),
       new KeyReusedError(),
       new RequestInProgressError(),
       new ResponseNotReplayableError(),
@@ -686,8 +688,8 @@ describe('C4: errors across copies of the package', () => {
       new ResultNotStorableError('m'),
     ].map((e) => [e.name, e.code, e.retryable]);
     expect(codes).toEqual([
-      ['IdempotencyKeyError', 'key-missing', false],
-      ['IdempotencyKeyError', 'key-invalid', false],
+      ['KeyMissingError', 'key-missing', false],
+      ['KeyInvalidError', 'key-invalid', false],
       ['KeyReusedError', 'key-reused', false],
       ['RequestInProgressError', 'request-in-progress', true],
       ['ResponseNotReplayableError', 'response-not-replayable', false],
