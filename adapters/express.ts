@@ -22,7 +22,7 @@ import { forgetRequestTransaction } from '../src/transaction.js';
 import {
   abandonOnClose,
   assertDeclaredLength,
-  bodyConsumed,
+  inherited,
   isMultipart,
   keyHeaderLines,
   parsedBody,
@@ -89,14 +89,19 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
         headers: req.headers,
         keyHeaderLines: keyHeaderLines(req, layer.headerName),
         body: () => {
-          if (bodyConsumed(req)) {
+          // `readableEnded` found without a load on Express's request (see inherited).
+          if (inherited<boolean>(req, 'readableEnded')) {
             assertDeclaredLength(req, layer.maxBodyBytes);
             // An upload parsed before us (multer): its fields and its files, hashed.
             if (isMultipart(req.headers['content-type'])) {
               const { file, files } = req as UploadedRequest;
               return uploadBody(req.body, [file, files], multerSource);
             }
-            return parsedBody(req.body, (req as { rawBody?: unknown }).rawBody, req.headers['content-type']);
+            // `in` first: a read of a property Express's request does not have walks its whole
+            // prototype chain in the engine's runtime (each request has a hidden class of its
+            // own), about 0.3 µs; the `in` test costs a few ns.
+            const rawBody = 'rawBody' in req ? (req as { rawBody?: unknown }).rawBody : undefined;
+            return parsedBody(req.body, rawBody, req.headers['content-type']);
           }
           return readBody(req, layer.maxBodyBytes).then((read) => (raw = read));
         },
@@ -114,7 +119,7 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
       setRequestBody(req, raw, req.headers['content-type']);
     }
     if (decision.type === 'respond') {
-      sendResponse(res, decision.response);
+      sendResponse(res, decision.response, req, true);
       return;
     }
     if (decision.type === 'pass') {
@@ -132,7 +137,7 @@ export function idempotency(options: ExpressIdempotencyOptions | Idempotency<Req
     // Closed before anything ended the response: the client left (the handler may still
     // finish and store its answer) or an error after the headers went out made Express
     // destroy the socket. Either way the claim now lives on its lease only.
-    abandonOnClose(res, claim, () => capture.ended);
+    abandonOnClose(res, claim, () => capture.ended, true);
     next();
   };
 }

@@ -16,6 +16,7 @@
  *   --stores=a,b         subset of memory,sqlite,redis,postgres
  *   --scenarios=a,b      subset of first,replay,storm (the bare handler always runs)
  *   --no-matrix --no-peers --no-round-trips --no-fingerprint --no-pairs --no-waiting --no-encryption --no-transactions   skip a part
+ *   --no-express-idempotency   the Express peer rows without express-idempotency (about a quarter of their time on memory)
  *   --write / --no-write write docs/benchmarks.md (generated part) and docs/benchmarks.svg
  *                        (default: write in full mode, not in quick mode)
  *   --cpu-prof           servers write V8 CPU profiles to bench/profiles/, named <adapter>_<layer>_<store>_<scenario>-<time>
@@ -109,6 +110,7 @@ const runtimeOf = (adapter: AdapterName): RuntimeName | undefined => {
 };
 const stores = (opt('stores')?.split(',') ?? (quick ? ['memory'] : [...ALL_STORES])) as StoreName[];
 const peers = !flag('no-peers');
+const expressIdempotencyPeer = !flag('no-express-idempotency');
 const roundTrips = !flag('no-round-trips');
 const waitingPart = !flag('no-waiting');
 const fingerprint = !flag('no-fingerprint');
@@ -740,7 +742,7 @@ async function main(): Promise<void> {
         for (const scenario of quick ? (['first'] as Scenario[]) : scenarios) {
           const contenders: Spec[] = [];
           if (storeUrls[store]) contenders.push({ adapter, impl: 'ours', store, scenario });
-          if (store === 'memory') contenders.push({ adapter, impl: 'express-idempotency', store, scenario });
+          if (store === 'memory' && expressIdempotencyPeer) contenders.push({ adapter, impl: 'express-idempotency', store, scenario });
           contenders.push({ adapter, impl: 'node-idempotency', store, scenario });
           const samples = new Map<Spec, Row[]>(contenders.map((c) => [c, []]));
           for (let i = 0; i < repeats; i++) {

@@ -443,6 +443,46 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
       }
     });
 
+    it("end, write or getHeaders replaced on the app's own response object (app.response): the layer finds them there, as on the response itself, first and on replay", async () => {
+      // The layer reads a response's methods from its prototype (never by a load on the
+      // response), and must still find wrappers put on the app's response object, above
+      // Express's own. With end and write replaced it records the response itself; with
+      // getHeaders alone it keeps the shared capture and reads the headers through it.
+      for (const replaced of [['write', 'end', 'getHeaders'], ['getHeaders']] as const) {
+        const name = replaced.join('-');
+        const calls = new Calls();
+        const app = express();
+        const proto = app.response as unknown as Record<string, (...args: unknown[]) => unknown>;
+        const seen: string[] = [];
+        for (const method of replaced) {
+          const original = proto[method]!;
+          proto[method] = function (this: unknown, ...args: unknown[]) {
+            seen.push(method);
+            return original.apply(this, args);
+          };
+        }
+        app.use(express.json());
+        app.use(idempotency({ store: memoryStore(), scope: 'shared' }));
+        app.post(
+          '/orders',
+          route((_req, res) => {
+            res.status(201).json({ n: calls.hit(name) });
+          }),
+        );
+        const url = await listen(app);
+        const k = key();
+        const first = await send(url, { path: '/orders', key: k, body: { a: 1 } });
+        expect([first.status, first.text], name).toEqual([201, '{"n":1}']);
+        expect(seen, name).toContain('getHeaders');
+        if (replaced.includes('end' as never)) expect(seen, name).toContain('end');
+        seen.length = 0;
+        const replay = await send(url, { path: '/orders', key: k, body: { a: 1 } });
+        expect([replay.status, replay.text, replay.headers['idempotent-replayed']], name).toEqual([201, first.text, 'true']);
+        expect(seen, name).toEqual(replaced.includes('end' as never) ? ['end'] : []);
+        expect(calls.count(name), name).toBe(1);
+      }
+    });
+
     it('in a sub-app, res.json / res.send / res.redirect / res.sendFile / streams are captured and replayed, a thrown error releases the key, a client that left gets the replay', async () => {
       const dir = mkdtempSync(join(tmpdir(), 'idem-express-sub-'));
       const file = join(dir, 'receipt.txt');
