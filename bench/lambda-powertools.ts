@@ -182,7 +182,7 @@ export async function compare(only?: number[]): Promise<Row[]> {
     const key = randomUUID();
     const wrapped = () =>
       lib === 'ours'
-        ? middy(handler).use(idempotencyMiddleware({ store: fresh(), wait: 0 }))
+        ? middy(handler).use(idempotencyMiddleware({ store: fresh(), waitMs: 0 }))
         : middy(handler).use(makeHandlerIdempotent({ persistenceStore: persistence(), config: new IdempotencyConfig({ eventKeyJmesPath: 'headers."idempotency-key"' }) }));
     const invoke = () => wrapped()(httpEvent(key) as never, contextFor(10_000) as never);
     const first = invoke();

@@ -1,5 +1,5 @@
 /**
- * How duplicates wait: two server processes on one store, an owner request on
+ * How duplicates waitMs: two server processes on one store, an owner request on
  * the first, then duplicates of it on both while its handler runs. Counted per waiting
  * duplicate: the store operations its process makes (every store method call, like a
  * round trip; the owner's own claim and complete are taken out), and the delay from the

@@ -155,9 +155,9 @@ export const typedKy: KyInstance = idempotentKy(ky);
 // @ts-expect-error not an HTTP client instance
 idempotentGot({ get: 1 });
 const app = Fastify();
-await app.register(idempotency, { store: memoryStore(), scope: 'shared', wait: 0 });
+await app.register(idempotency, { store: memoryStore(), scope: 'shared', waitMs: 0 });
 // @ts-expect-error wait is a number of milliseconds
-await app.register(idempotency, { store: memoryStore(), wait: 'soon' });
+await app.register(idempotency, { store: memoryStore(), waitMs: 'soon' });
 app.post('/off', { config: { idempotency: false } }, async () => ({}));
 `;
 

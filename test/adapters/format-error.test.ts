@@ -75,7 +75,7 @@ describe('formatError with the real Stripe SDK', () => {
   it('H19: status, Retry-After and Cache-Control stay; the body is application/json; a failing formatter falls back to the problem', async () => {
     const app = express();
     app.use(express.json());
-    app.use(idempotency({ store: memoryStore(), scope: 'shared', wait: 0, formatError: stripeShaped }));
+    app.use(idempotency({ store: memoryStore(), scope: 'shared', waitMs: 0, formatError: stripeShaped }));
     app.post('/slow', async (_req, res) => {
       await new Promise((resolve) => setTimeout(resolve, 300));
       res.status(201).json({ ok: true });

@@ -68,7 +68,7 @@ async function sendWhileHeld(base: string, options: SendOptions, withinMs: numbe
 
 /**
  * A client gone mid-request, on a server whose `/slow?ms=` handler answers 201 `{ n }` (its
- * run count) after `ms` and whose layer has `leaseMs: 150, wait: 0, fingerprint: sameRequest`
+ * run count) after `ms` and whose layer has `leaseMs: 150, waitMs: 0, fingerprint: sameRequest`
  * (the retries' query differs, so that they do not hang): the lease is no longer
  * renewed, so the key is taken over long before a hanging handler ends, and a response
  * produced after the client left is still stored for the retry.
@@ -311,7 +311,7 @@ describe('Hono on @hono/node-server', () => {
   it('H13 H17: a client gone mid-request: the response is still stored, but the lease is no longer renewed', async () => {
     const app = new Hono();
     let runs = 0;
-    app.use(idempotency({ store: memoryStore(), scope: 'shared', leaseMs: 150, wait: 0, fingerprint: sameRequest }));
+    app.use(idempotency({ store: memoryStore(), scope: 'shared', leaseMs: 150, waitMs: 0, fingerprint: sameRequest }));
     app.post('/slow', async (c) => {
       const n = ++runs;
       await new Promise((resolve) => setTimeout(resolve, Number(c.req.query('ms'))));
@@ -364,7 +364,7 @@ describe('Hono on @hono/node-server', () => {
 });
 
 describe('the fetch adapter on @hono/node-server', () => {
-  async function serveFetch(handler: (request: Request) => Promise<Response>, options: { maxBodyBytes?: number; leaseMs?: number; wait?: number; fingerprint?: () => string } = {}): Promise<string> {
+  async function serveFetch(handler: (request: Request) => Promise<Response>, options: { maxBodyBytes?: number; leaseMs?: number; waitMs?: number; fingerprint?: () => string } = {}): Promise<string> {
     const wrapped = withIdempotency(handler, { store: memoryStore(), scope: 'shared', ...options });
     // As `serve({ fetch: withIdempotency(...) })`: the server's { incoming, outgoing } passed on.
     const server = createAdaptorServer({ fetch: wrapped }) as http.Server;
@@ -441,7 +441,7 @@ describe('the fetch adapter on @hono/node-server', () => {
         await new Promise((resolve) => setTimeout(resolve, Number(new URL(request.url).searchParams.get('ms'))));
         return Response.json({ n }, { status: 201 });
       },
-      { leaseMs: 150, wait: 0, fingerprint: sameRequest },
+      { leaseMs: 150, waitMs: 0, fingerprint: sameRequest },
     );
     await expectGoneClientScenario(base, () => runs);
   });

@@ -78,7 +78,7 @@ for (const [name, available, makeStore] of stores) {
   describe.skipIf(!available)(`hostile GraphQL results on ${name}`, () => {
     it('C6: a getter that throws ends the claim: the retry is answered (not replayable), never 409 while the lease is renewed', async () => {
       const store = makeStore();
-      const app = await startGraphqlApp(store, { scope: 'shared', leaseMs: 1000, wait: 0 }, [AccountsResolver]);
+      const app = await startGraphqlApp(store, { scope: 'shared', leaseMs: 1000, waitMs: 0 }, [AccountsResolver]);
       const key = `gql-${randomUUID()}`;
       const first = await app.request('mutation { openAccount { id risk } }', { key });
       expect(first.body.errors?.[0]?.message).toMatch(/risk service down/);

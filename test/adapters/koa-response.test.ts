@@ -57,7 +57,7 @@ for (const [name, Framework, major] of [
     it('through the layer: a 200 with a null body is answered and replayed empty, as Koa sends it', async () => {
       const runs = { n: 0 };
       const app = new Framework();
-      app.use(idempotency({ store: memoryStore(), scope: 'shared', wait: 0 }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared', waitMs: 0 }));
       app.use(async (ctx) => {
         runs.n++;
         ctx.body = null;

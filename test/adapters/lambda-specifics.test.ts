@@ -194,7 +194,7 @@ describe('Lambda HTTP events', () => {
     const slow = withIdempotency(async () => {
       await sleep(400);
       return { statusCode: 201, body: 'done' };
-    }, { store, wait: 0 });
+    }, { store, waitMs: 0 });
     const first = slow(httpEvent('busy', '{}'), context());
     await sleep(50);
     const second = (await slow(httpEvent('busy', '{}'), context())) as LambdaHttpResult;
@@ -249,13 +249,13 @@ describe('the lease is bounded by the invocation deadline', () => {
       started++;
       await new Promise(() => undefined); // Lambda kills it at the deadline
       return { statusCode: 201 };
-    }, { store, wait: 0 });
+    }, { store, waitMs: 0 });
     void hang(httpEvent('timeout', '{}'), context(300));
     await sleep(50);
-    const during = (await withIdempotency(order, { store, wait: 0 })(httpEvent('timeout', '{}'), context())) as LambdaHttpResult;
+    const during = (await withIdempotency(order, { store, waitMs: 0 })(httpEvent('timeout', '{}'), context())) as LambdaHttpResult;
     expect(during.statusCode).toBe(409);
     await sleep(300 + 1000 + 100); // the deadline, the margin
-    const retry = await withIdempotency(order, { store, wait: 0 })(httpEvent('timeout', '{}'), context());
+    const retry = await withIdempotency(order, { store, waitMs: 0 })(httpEvent('timeout', '{}'), context());
     expect(retry).toMatchObject({ statusCode: 201 });
     expect([started, runs]).toEqual([1, 1]);
   });
@@ -281,7 +281,7 @@ describe('Middy', () => {
       n++;
       await sleep(300);
       return { statusCode: 201, headers: { 'content-type': 'text/plain' }, body: `n=${n}` };
-    }).use(idempotencyMiddleware({ store, wait: 0 }));
+    }).use(idempotencyMiddleware({ store, waitMs: 0 }));
     const first = handler(httpEvent('m', '{}') as never, context() as never);
     await sleep(50);
     const duplicate = (await handler(httpEvent('m', '{}') as never, context() as never)) as LambdaHttpResult;
@@ -304,12 +304,12 @@ describe('Middy', () => {
       return { statusCode: 201, body: 'ok' };
     })
       .use(failing)
-      .use(idempotencyMiddleware({ store, wait: 0 }));
+      .use(idempotencyMiddleware({ store, waitMs: 0 }));
     const first = handler(httpEvent('err', '{}') as never, context() as never).catch((e: unknown) => e);
     await sleep(50);
     await handler(httpEvent('err', '{}') as never, context() as never).catch(() => undefined);
     // The original still holds the key: a third request is refused too.
-    const third = (await middy(async () => ({ statusCode: 201 })).use(idempotencyMiddleware({ store, wait: 0 }))(httpEvent('err', '{}') as never, context() as never)) as LambdaHttpResult;
+    const third = (await middy(async () => ({ statusCode: 201 })).use(idempotencyMiddleware({ store, waitMs: 0 }))(httpEvent('err', '{}') as never, context() as never)) as LambdaHttpResult;
     expect(third.statusCode).toBe(409);
     await first;
     expect(n).toBe(1);
@@ -449,7 +449,7 @@ describe('the local cache of completed records', () => {
       delete: (key) => (calls.push('delete'), inner.delete!(key)),
     };
     const store = withLocalCache(counted, { maxEntries: 2 });
-    const handler = withIdempotency(order, { store, wait: 0 });
+    const handler = withIdempotency(order, { store, waitMs: 0 });
     await handler(httpEvent('c1', '{}'), context());
     expect(calls).toEqual(['claim', 'complete']);
     calls.length = 0;

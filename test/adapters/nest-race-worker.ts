@@ -27,8 +27,8 @@ class RaceController {
 }
 
 @Module({
-  // A generous wait: this proves one execution per key, not latency, on a busy machine.
-  imports: [IdempotencyModule.forRoot({ store: url, scope: 'shared', wait: 30_000 })],
+  // A generous waitMs: this proves one execution per key, not latency, on a busy machine.
+  imports: [IdempotencyModule.forRoot({ store: url, scope: 'shared', waitMs: 30_000 })],
   controllers: [RaceController],
 })
 class AppModule {}

@@ -95,7 +95,7 @@ class PaymentsResolver {
 
   /** Runs until the test opens the gate. */
   @Mutation(() => Int)
-  @Idempotent({ wait: 0 })
+  @Idempotent({ waitMs: 0 })
   async held() {
     const n = this.counter.hit();
     await this.gate.promise;
@@ -356,7 +356,7 @@ for (const [name, available, makeStore] of stores) {
       expect(app.events.filter((e) => e.type === 'released')).toHaveLength(2);
     });
 
-    it('H8: a duplicate while the first still runs (wait: 0) is refused as request-in-progress, with when to retry', async () => {
+    it('H8: a duplicate while the first still runs (waitMs: 0) is refused as request-in-progress, with when to retry', async () => {
       const app = await start(makeStore());
       const k = key();
       const first = app.request('mutation { held }', { key: k, user: 'alice' });

@@ -122,7 +122,7 @@ function natsController(run: string, seen: Seen, replays: (key: string) => void,
     }
 
     @MessagePattern(`${run}.orders.busy`)
-    @Idempotent({ wait: 0 })
+    @Idempotent({ waitMs: 0 })
     async busy(@Payload() data: { sku: string }) {
       seen.hit(`busy:${data.sku}`);
       await seen.gates.get(`busy:${data.sku}`);
@@ -218,7 +218,7 @@ for (const [storeName, makeStore, storeUp] of stores) {
     beforeAll(async () => {
       store = makeStore();
       const moduleRef = await Test.createTestingModule({
-        imports: [IdempotencyModule.forRoot({ store, wait: 5000 })],
+        imports: [IdempotencyModule.forRoot({ store, waitMs: 5000 })],
         controllers: [natsController(run, seen, (sku) => replayed.get(sku)?.resolve(), events, (type) => eventWaits.get(type)?.resolve())],
       }).compile();
       app = moduleRef.createNestMicroservice({ transport: Transport.NATS, options: { servers: [NATS_URL] } });
@@ -434,7 +434,7 @@ describe.skipIf(!rabbitUp)('NestJS microservices on RabbitMQ (manual acks)', () 
   const send = <T = unknown>(data: unknown, messageId?: string) => firstValueFrom(client.send<T>('orders.create', record(data, messageId)));
 
   beforeAll(async () => {
-    const moduleOptions: IdempotencyModuleOptions = { store: memoryStore(), wait: 5000 };
+    const moduleOptions: IdempotencyModuleOptions = { store: memoryStore(), waitMs: 5000 };
     const moduleRef = await Test.createTestingModule({
       imports: [IdempotencyModule.forRoot(moduleOptions)],
       controllers: [rmqController(seen, (sku) => replayed.get(sku)?.resolve(), filtered)],
@@ -516,7 +516,7 @@ describe.skipIf(!rabbitUp || !redisUp)('NestJS microservices on RabbitMQ: two co
       const store = createStore(REDIS_URL);
       stores.push(store);
       const moduleRef = await Test.createTestingModule({
-        imports: [IdempotencyModule.forRoot({ store, wait: 5000 })],
+        imports: [IdempotencyModule.forRoot({ store, waitMs: 5000 })],
         controllers: [rmqController(seen, () => {})],
       }).compile();
       const app = moduleRef.createNestMicroservice({ transport: Transport.RMQ, options: { ...options, noAck: false, prefetchCount: 50 } });

@@ -164,7 +164,7 @@ class DeadlineInterceptor implements NestInterceptor {
 class DeadlineModule {}
 
 @Controller('ways')
-@Idempotent({ wait: 0 })
+@Idempotent({ waitMs: 0 })
 class WaysController {
   constructor(@Inject(COUNTER) private readonly counter: Counter) {}
 
@@ -474,7 +474,7 @@ for (const platform of ['express', 'fastify'] as Platform[]) {
       expect(again.json()).toEqual({ n: 3 });
     });
 
-    it("H8: the class's `wait: 0` answers a running duplicate 409 at once, as problem+json through Nest's own filter", async () => {
+    it("H8: the class's `waitMs: 0` answers a running duplicate 409 at once, as problem+json through Nest's own filter", async () => {
       const app = await start(platform, IdempotencyModule.forRoot({ store: memoryStore(), scope: 'shared' }), [WaysController]);
       const k = key();
       // The observable handler takes 5 ms; ten at once: one runs, the others 409 (or replay once it is done).
@@ -612,7 +612,7 @@ describe('nest module', () => {
     @Injectable()
     class Options {
       createIdempotencyOptions(): Omit<IdempotencyModuleOptions, 'isGlobal'> {
-        return { store: memoryStore(), scope: 'shared', wait: 0 };
+        return { store: memoryStore(), scope: 'shared', waitMs: 0 };
       }
     }
     const app = await start('fastify', IdempotencyModule.forRootAsync({ useClass: Options }), [WaysController]);
@@ -643,7 +643,7 @@ describe('nest module', () => {
     @Controller('bad')
     class BadController {
       @Post()
-      @Idempotent({ wait: -1 })
+      @Idempotent({ waitMs: -1 })
       bad() {
         return {};
       }

@@ -151,7 +151,7 @@ describe.skipIf(!available)('NestJS: @IdempotentTransaction() commits the handle
       let app: Awaited<ReturnType<typeof startNest>>;
       const store = postgresStore({ pool, table: records });
       beforeAll(async () => {
-        app = await startNest(platform, { store, scope: 'shared', wait: 20_000 }, orders, runs);
+        app = await startNest(platform, { store, scope: 'shared', waitMs: 20_000 }, orders, runs);
       });
       afterAll(async () => {
         await app?.close();

@@ -39,7 +39,7 @@ describe('per-operation ttl over Express and SQLite', () => {
         onEvent: (event) => events.push(event),
         // Payments 7 days; searches very short here so that expiry can be watched; a
         // route that answers with a bad value falls back to 24 h.
-        ttl: (req, response) =>
+        ttlMs: (req, response) =>
           req.path === '/payments' ? 7 * DAY : req.path === '/search' ? SHORT_MS : Number(response.headers['x-ttl']),
       }),
     );

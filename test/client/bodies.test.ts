@@ -38,7 +38,7 @@ beforeAll(async () => {
         const bytes = Buffer.concat(chunks);
         res.writeHead(201, { 'content-type': 'application/json' }).end(JSON.stringify({ key, size: bytes.length, sha256: sha(bytes), type: req.headers['content-type'] ?? null }));
       },
-      { store, scope: 'shared', fingerprintHeaders: ['content-type'], wait: 0 },
+      { store, scope: 'shared', fingerprintHeaders: ['content-type'], waitMs: 0 },
     ),
   );
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

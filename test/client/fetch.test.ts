@@ -28,7 +28,7 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
   throw new Error('expected the call to reject');
 }
 
-const bed = useOrderServer({ wait: 0 });
+const bed = useOrderServer({ waitMs: 0 });
 
 describe('createIdempotentFetch: exactly once through a faulty network', () => {
   it('H6 H7: dropped and reset attempts carry one key; the handler runs once and the call gets its answer', async () => {

@@ -34,7 +34,7 @@ export interface OrderServer {
   close(): Promise<void>;
 }
 
-export async function startOrderServer(store: IdempotencyStore, options: { wait?: number } = {}): Promise<OrderServer> {
+export async function startOrderServer(store: IdempotencyStore, options: { waitMs?: number } = {}): Promise<OrderServer> {
   const executions = new Map<string, number>();
   const answers = new Map<string, string>();
   const seen: (string | undefined)[] = [];
@@ -80,7 +80,7 @@ export async function startOrderServer(store: IdempotencyStore, options: { wait?
       }
     },
     // A function rather than 'shared', so the same test works before and after scope became required.
-    { store, scope: () => 'client-tests', ...(options.wait === undefined ? {} : { wait: options.wait }) },
+    { store, scope: () => 'client-tests', ...(options.waitMs === undefined ? {} : { waitMs: options.waitMs }) },
   );
 
   const server = http.createServer((req, res) => {
@@ -113,7 +113,7 @@ export async function startOrderServer(store: IdempotencyStore, options: { wait?
  * A test file's server on a memory store, started before its tests and closed after them,
  * and faulty proxies in front of it that are closed after each test.
  */
-export function useOrderServer(options: { wait?: number } = {}) {
+export function useOrderServer(options: { waitMs?: number } = {}) {
   const store = memoryStore();
   let server: OrderServer | undefined;
   const proxies: FaultyProxy[] = [];

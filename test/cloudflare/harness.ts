@@ -224,7 +224,7 @@ function edgeHandler(kind: string, env: Env) {
         store: kind === 'hanging' ? hangingStore() : storeFor(kind, env),
         scope: (request) => request.headers.get('x-account') ?? 'public',
         leaseMs: 5000,
-        wait: 8000,
+        waitMs: 8000,
         ...(kind === 'hanging' ? { storeTimeoutMs: 300 } : {}),
       },
     );
@@ -238,7 +238,7 @@ let honoEdge: Hono | undefined;
 function honoEdgeApp(env: Env): Hono {
   if (honoEdge) return honoEdge;
   const app = new Hono();
-  app.use(honoIdempotency({ store: storeFor('do', env), scope: 'shared', leaseMs: 5000, wait: 8000 }));
+  app.use(honoIdempotency({ store: storeFor('do', env), scope: 'shared', leaseMs: 5000, waitMs: 8000 }));
   app.post('/hono/stream', (c) => {
     const n = ++executions;
     c.header('content-type', 'text/plain');

@@ -131,7 +131,7 @@ describe.skipIf(!run)('workerd killed and started again on the same storage', ()
     await inFlight;
     const killedAt = Date.now();
     workerd = await startHarness(scratch.dir);
-    const retry = await send(workerd.url('edge-b'), order(key, 'do')); // waits (wait: 8 s) for the 5 s lease
+    const retry = await send(workerd.url('edge-b'), order(key, 'do')); // waits (waitMs: 8 s) for the 5 s lease
     expect(retry.status).toBe(201);
     expect(retry.headers['idempotent-replayed']).toBeUndefined();
     expect(Date.now() - killedAt).toBeGreaterThan(4000);

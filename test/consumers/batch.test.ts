@@ -130,7 +130,7 @@ describe.each(targets)('idempotentBatch() on the $name store', ({ create }) => {
     const result = await idempotentBatch(
       [busy!, { ...reused!, n: 99 }, plain!],
       (msg) => msg.n,
-      { store, key: (msg) => msg.id, fingerprint: (msg) => msg.n, wait: 0 },
+      { store, key: (msg) => msg.id, fingerprint: (msg) => msg.n, waitMs: 0 },
     );
     release();
     await holding;
@@ -268,7 +268,7 @@ describe.skipIf(!postgresUp)('idempotentBatch() with transaction: true, and a ba
           await client.query(`INSERT INTO ${table} (message_id, pid) VALUES ($1, $2)`, [msg.id, process.pid]);
           return msg.n;
         },
-        { store, key: (msg) => msg.id, transaction: true, concurrency: 4, leaseMs: 1000, wait: 1500 },
+        { store, key: (msg) => msg.id, transaction: true, concurrency: 4, leaseMs: 1000, waitMs: 1500 },
       );
       if (result.failed.length === 0) break;
       expect(result.failed.every((f) => f.kind === 'retry')).toBe(true);

@@ -50,7 +50,7 @@ async function effect(job: Job<Data>, client: pg.PoolClient | pg.Pool) {
   return { n, worker, at: new Date() };
 }
 
-const options = { leaseMs: Number(process.env.LEASE_MS ?? 1500), wait: Number(process.env.WAIT_MS ?? 300), retryDelayMs: 300, ttl: 600_000 };
+const options = { leaseMs: Number(process.env.LEASE_MS ?? 1500), waitMs: Number(process.env.WAIT_MS ?? 300), retryDelayMs: 300, ttlMs: 600_000 };
 const processor = pgStore
   ? idempotentProcessor((job: Job<Data>, client: pg.PoolClient) => effect(job, client), { ...options, store: pgStore, transaction: true })
   : idempotentProcessor((job: Job<Data>) => effect(job, db), { ...options, store });

@@ -85,7 +85,7 @@ describe.skipIf(!available)('BullMQ: idempotentProcessor()', () => {
         throw error;
       }
     });
-    const processor = idempotentProcessor(async () => 'here', { store, wait: 0, retryDelayMs: 300 });
+    const processor = idempotentProcessor(async () => 'here', { store, waitMs: 0, retryDelayMs: 300 });
     // The recipe's own key space: what another worker's processor claims.
     const other = idempotentIn('message:bullmq', async () => {
       await held;
@@ -139,7 +139,7 @@ describe.skipIf(!available)('BullMQ: idempotentProcessor()', () => {
     const fn = async (job: Job<Data>) => job.data.n;
     expect(() => idempotentProcessor(fn, { store, retryDelayMs: -5 })).toThrow('Expected `retryDelayMs` to be a non-negative integer (ms) or a function returning one, got -5');
     expect(() => idempotentProcessor(fn, { store, key: 'id' as never })).toThrow('Expected `key` to be a function, got "id"');
-    expect(() => idempotentProcessor(fn, { store, wait: -1 })).toThrow('Expected `waitMs` to be a non-negative integer, got -1');
+    expect(() => idempotentProcessor(fn, { store, waitMs: -1 })).toThrow('Expected `waitMs` to be a non-negative integer, got -1');
     expectTypeOf(idempotentProcessor(fn, { store })).returns.resolves.toBeNumber();
   });
 

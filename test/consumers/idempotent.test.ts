@@ -151,7 +151,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
       await gate.promise;
       return { id, at: new Date() };
     });
-    const handle = idempotent(fn, { store, key: (id) => id, wait: 5000 });
+    const handle = idempotent(fn, { store, key: (id) => id, waitMs: 5000 });
     const k = key();
     const all = Array.from({ length: 25 }, () => handle(k));
     await sleep(50);
@@ -182,7 +182,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
       store,
       key: (msg) => msg.id,
       fingerprint: (msg) => msg.body,
-      wait: 0,
+      waitMs: 0,
       onEvent: (e) => events.push(e),
     });
     const id = key();
@@ -211,7 +211,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
       return 'done';
     });
     const k = key();
-    const handle = idempotent(fn, { store, key: () => k, wait: 0 });
+    const handle = idempotent(fn, { store, key: () => k, waitMs: 0 });
     const first = handle();
     await sleep(20);
     const started = Date.now();
@@ -236,7 +236,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
     const first = idempotent(fn, { store, key: () => k })();
     await sleep(20);
     const started = Date.now();
-    const error = await idempotent(fn, { store, key: () => k, wait: 300 })().catch((e: unknown) => e);
+    const error = await idempotent(fn, { store, key: () => k, waitMs: 300 })().catch((e: unknown) => e);
     const waited = Date.now() - started;
     expect(error).toBeInstanceOf(RequestInProgressError);
     expect(waited).toBeGreaterThanOrEqual(250);
@@ -251,7 +251,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
       await sleep(200);
       return { id, finishedAt: new Date() };
     });
-    const handle = idempotent(fn, { store, key: (id) => id, wait: 3000 });
+    const handle = idempotent(fn, { store, key: (id) => id, waitMs: 3000 });
     const k = key();
     const first = handle(k);
     await sleep(20);
@@ -291,7 +291,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
       return `attempt ${attempt}`;
     });
     const k = key();
-    const handle = idempotent(fn, { store, key: () => k, wait: 3000 });
+    const handle = idempotent(fn, { store, key: () => k, waitMs: 3000 });
     const first = settle(handle());
     await sleep(20);
     const second = handle();
@@ -313,7 +313,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
     const k = key();
     const events: IdempotencyEvent[] = [];
     const handle = idempotent(fn, { store, key: () => k, leaseMs: LEASE_MS, onEvent: (e) => events.push(e) });
-    const impatient = idempotent(fn, { store, key: () => k, leaseMs: LEASE_MS, wait: 0 });
+    const impatient = idempotent(fn, { store, key: () => k, leaseMs: LEASE_MS, waitMs: 0 });
     const first = handle();
     const conflicts: unknown[] = [];
     for (let i = 0; i < 10; i++) {
@@ -366,7 +366,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
     const k = key();
     const slow = idempotent(() => gate.promise, { store: paused.store, key: () => k, leaseMs: 200, onEvent: (e) => events.push(e) });
     const { fn: fast, calls: fastCalls } = counted(() => 'result of the takeover');
-    const other = idempotent(fast, { store, key: () => k, leaseMs: 5000, wait: 0 });
+    const other = idempotent(fast, { store, key: () => k, leaseMs: 5000, waitMs: 0 });
 
     paused.pause();
     const late = slow();
@@ -387,7 +387,7 @@ describe.each(stores)('idempotent() on the $name store', ({ create }) => {
     const events: IdempotencyEvent[] = [];
     const k = key();
     const slow = idempotent(() => gate.promise, { store: paused.store, key: () => k, leaseMs: 200, onEvent: (e) => events.push(e) });
-    const other = idempotent(() => ({ n: 2 }), { store, key: () => k, wait: 0 });
+    const other = idempotent(() => ({ n: 2 }), { store, key: () => k, waitMs: 0 });
     paused.pause(); // renewals never get through while fn runs
     const late = slow();
     await sleep(450);
@@ -528,8 +528,8 @@ describe('idempotent() options, keys and types', () => {
     expect(make({ store, key: () => 'k', scope: 'tenant' })).toThrow('Expected `scope` to be a function, got "tenant"');
     expect(make({ store, key: () => 'k', fingerprint: true })).toThrow('Expected `fingerprint` to be a function, got true');
     expect(make({ store, key: () => 'k', leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive integer, got -1');
-    expect(make({ store, key: () => 'k', wait: 1.5 })).toThrow('Expected `waitMs` to be a non-negative integer, got 1.5');
-    expect(make({ store, key: () => 'k', ttl: 0 })).toThrow('Expected `ttlMs` to be a positive integer, got 0');
+    expect(make({ store, key: () => 'k', waitMs: 1.5 })).toThrow('Expected `waitMs` to be a non-negative integer, got 1.5');
+    expect(make({ store, key: () => 'k', ttlMs: 0 })).toThrow('Expected `ttlMs` to be a positive integer, got 0');
     expect(make({ store, key: () => 'k', onStoreError: 'ignore' })).toThrow(/Expected `onStoreError` to be one of/);
     expect(make({ store, key: () => 'k', onEvent: 1 })).toThrow('Expected `onEvent` to be a function, got 1');
   });

@@ -65,9 +65,9 @@ const client = mqtt.connect(env('MQTT_URL'), {
 });
 const options = {
   leaseMs: Number(process.env.LEASE_MS ?? 2000),
-  wait: Number(process.env.WAIT_MS ?? 300),
+  waitMs: Number(process.env.WAIT_MS ?? 300),
   retryDelayMs: 100,
-  ttl: 600_000,
+  ttlMs: 600_000,
   onEvent: (event: { type: string; key: string }) => {
     if (event.type === 'conflict') report({ ev: 'conflict', id: event.key });
     if (event.type === 'lease-lost') report({ ev: 'idempotency-event', type: event.type, key: event.key });

@@ -139,7 +139,7 @@ describe.skipIf(!available)('MQTT: idempotentMqttHandler()', () => {
       if (id === 'o-3') throw new Error('always fails');
       if (id === 'o-4' && ++calls === 1) throw new Error('fails once');
       return id;
-    }, { store, wait: 0, retryDelayMs: 100, maxAttempts: 3, onPoison: (packet) => void poisoned.push(userProperty(packet, 'message-id')!), onSettle: (_p, s) => settled.push(s) });
+    }, { store, waitMs: 0, retryDelayMs: 100, maxAttempts: 3, onPoison: (packet) => void poisoned.push(userProperty(packet, 'message-id')!), onSettle: (_p, s) => settled.push(s) });
     await connected(client);
     await client.subscribeAsync(topic, { qos: 1 });
     await publish(topic, { id: 'o-2' }, 'o-2');

@@ -59,11 +59,11 @@ async function effect(msg: JsMsg, client: pg.PoolClient | pg.Pool) {
 const options = {
   store,
   leaseMs: Number(process.env.LEASE_MS ?? 1500),
-  wait: Number(process.env.WAIT_MS ?? 300),
+  waitMs: Number(process.env.WAIT_MS ?? 300),
   retryDelayMs: 300,
   failureDelayMs: 200,
   workingMs: Number(process.env.WORKING_MS ?? 1000),
-  ttl: 600_000,
+  ttlMs: 600_000,
   onEvent: (event: { type: string; key: string; error?: unknown }) => {
     if (event.type === 'lease-lost') report({ ev: 'idempotency-event', type: event.type, key: event.key });
   },

@@ -109,7 +109,7 @@ describe.skipIf(!available)('NATS JetStream: idempotentJetStreamHandler()', () =
     const running = other();
     await sleep(50);
     const settled: JetStreamSettlement[] = [];
-    const handle = idempotentJetStreamHandler(async () => 'here', { store, wait: 0, retryDelayMs: 400, onSettle: (_m, s) => settled.push(s) });
+    const handle = idempotentJetStreamHandler(async () => 'here', { store, waitMs: 0, retryDelayMs: 400, onSettle: (_m, s) => settled.push(s) });
     await publish(subject, { id: 'o-2' }, 'o-2');
     const started = Date.now();
     const first = await handle(await next(consumer));

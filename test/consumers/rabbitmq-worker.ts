@@ -71,8 +71,8 @@ const handle = idempotent(
     key: (msg) => msg.properties.messageId as string,
     fingerprint: (msg) => msg.content,
     leaseMs: Number(process.env.LEASE_MS ?? 1500),
-    wait: Number(process.env.WAIT_MS ?? 500),
-    ttl: 600_000,
+    waitMs: Number(process.env.WAIT_MS ?? 500),
+    ttlMs: 600_000,
     onEvent: (event) => {
       events[event.type] = (events[event.type] ?? 0) + 1;
       if (event.type === 'store-error' || event.type === 'lease-lost') {

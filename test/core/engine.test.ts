@@ -65,7 +65,7 @@ describe('engine', () => {
   });
 
   it('H8: wait 0 answers conflict at once and changes nothing in the store', async () => {
-    const { engine, store, types } = setup({ wait: 0 });
+    const { engine, store, types } = setup({ waitMs: 0 });
     const first = await engine.acquire('k', undefined, 'fp');
     const before = await store.get(storageKey(undefined, 'k'));
     const error = await engine.acquire('k', undefined, 'fp').catch((e: unknown) => e);
@@ -78,7 +78,7 @@ describe('engine', () => {
   });
 
   it('H8: a duplicate waits, polling, and gets the replay when the first completes in time', async () => {
-    const { engine } = setup({ wait: 2000 });
+    const { engine } = setup({ waitMs: 2000 });
     const first = await engine.acquire('k', undefined, 'fp');
     const duplicate = engine.acquire('k', undefined, 'fp');
     await vi.advanceTimersByTimeAsync(500);
@@ -89,7 +89,7 @@ describe('engine', () => {
   });
 
   it('H8: a duplicate that waits past `wait` gets a conflict', async () => {
-    const { engine } = setup({ wait: 1000 });
+    const { engine } = setup({ waitMs: 1000 });
     await engine.acquire('k', undefined, 'fp');
     const duplicate = engine.acquire('k', undefined, 'fp').catch((e: unknown) => e);
     await vi.advanceTimersByTimeAsync(1300);
@@ -97,7 +97,7 @@ describe('engine', () => {
   });
 
   it('H8/H10: when the first is released, the waiting duplicate claims and executes', async () => {
-    const { engine } = setup({ wait: 2000 });
+    const { engine } = setup({ waitMs: 2000 });
     const first = await engine.acquire('k', undefined, 'fp');
     const duplicate = engine.acquire('k', undefined, 'fp');
     await vi.advanceTimersByTimeAsync(200);
@@ -107,7 +107,7 @@ describe('engine', () => {
   });
 
   it('H9: of 50 concurrent acquires exactly one executes; the rest replay once it completes', async () => {
-    const { engine } = setup({ wait: 5000 });
+    const { engine } = setup({ waitMs: 5000 });
     const all = Array.from({ length: 50 }, () => engine.acquire('k', undefined, 'fp'));
     await vi.advanceTimersByTimeAsync(10);
     const winner = await Promise.race(all.map((p) => p.then((r) => (r.type === 'execute' ? r : new Promise<never>(() => {})))));
@@ -126,7 +126,7 @@ describe('engine', () => {
   });
 
   it('H15: the same key in two scopes is two records', async () => {
-    const { engine } = setup({ wait: 0 });
+    const { engine } = setup({ waitMs: 0 });
     const a = await engine.acquire('k', 'tenant-a', 'fp');
     const b = await engine.acquire('k', 'tenant-b', 'other-fp');
     expect(a.type).toBe('execute');
@@ -136,7 +136,7 @@ describe('engine', () => {
   });
 
   it('H17: the lease is renewed every leaseMs/3 while the handler runs', async () => {
-    const { engine } = setup({ leaseMs: 3000, wait: 0 });
+    const { engine } = setup({ leaseMs: 3000, waitMs: 0 });
     const first = await engine.acquire('k', undefined, 'fp');
     await vi.advanceTimersByTimeAsync(10_000); // more than three leases
     await expect(engine.acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(RequestInProgressError);
@@ -149,7 +149,7 @@ describe('engine', () => {
     expect((await crashed.acquire('k', undefined, 'fp')).type).toBe('execute');
     // Simulate the crash: the owner's renewal stops (its process is gone).
     vi.clearAllTimers();
-    const { engine } = setup({ store, wait: 0 });
+    const { engine } = setup({ store, waitMs: 0 });
     await expect(engine.acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(RequestInProgressError);
     await vi.advanceTimersByTimeAsync(3001);
     expect((await engine.acquire('k', undefined, 'fp')).type).toBe('execute');
@@ -251,7 +251,7 @@ describe('engine', () => {
   });
 
   it('H20: after ttl the key is new again', async () => {
-    const { engine } = setup({ ttl: 1000 });
+    const { engine } = setup({ ttlMs: 1000 });
     const first = await engine.acquire('k', undefined, 'fp');
     if (first.type === 'execute') await first.lease.complete(response());
     await vi.advanceTimersByTimeAsync(1001);
@@ -313,8 +313,8 @@ describe('engine', () => {
   it('options: bad values throw precise TypeErrors at creation', () => {
     const store = memoryStore({ sweepIntervalMs: 0 });
     expect(() => new Engine({ store, leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive integer, got -1');
-    expect(() => new Engine({ store, wait: 1.5 })).toThrow('Expected `waitMs` to be a non-negative integer, got 1.5');
-    expect(() => new Engine({ store, ttl: 0 })).toThrow('Expected `ttlMs` to be a positive integer, got 0');
+    expect(() => new Engine({ store, waitMs: 1.5 })).toThrow('Expected `waitMs` to be a non-negative integer, got 1.5');
+    expect(() => new Engine({ store, ttlMs: 0 })).toThrow('Expected `ttlMs` to be a positive integer, got 0');
     expect(() => new Engine({ store, storeTimeoutMs: Number.NaN })).toThrow(TypeError);
     expect(() => new Engine({ store, onStoreError: 'ignore' as never })).toThrow("Expected `onStoreError` to be one of 'fail', 'continue', got \"ignore\"");
     expect(() => new Engine({ store, onEvent: 'x' as never })).toThrow('Expected `onEvent` to be a function');

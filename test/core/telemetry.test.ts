@@ -89,7 +89,7 @@ describe('telemetry: metrics and spans through the OpenTelemetry SDK', () => {
         if (amount === 999) await gate.promise;
         return { id, amount };
       },
-      { store, key: (id) => id, fingerprint: (_id, amount) => amount, wait: 0, telemetry: otel.telemetry },
+      { store, key: (id) => id, fingerprint: (_id, amount) => amount, waitMs: 0, telemetry: otel.telemetry },
     );
     await handle('k1', 10); // execution
     await handle('k1', 10); // replay
@@ -142,7 +142,7 @@ describe('telemetry: metrics and spans through the OpenTelemetry SDK', () => {
         await gate.promise;
         return id;
       },
-      { store: memoryStore(), key: (id) => id, wait: 5000, telemetry: otel.telemetry },
+      { store: memoryStore(), key: (id) => id, waitMs: 5000, telemetry: otel.telemetry },
     );
     const first = handle('w1');
     await started.promise;
@@ -153,7 +153,7 @@ describe('telemetry: metrics and spans through the OpenTelemetry SDK', () => {
     const never = idempotent(() => new Promise<string>(() => undefined), {
       store: memoryStore(),
       key: () => 'w2',
-      wait: 60,
+      waitMs: 60,
       telemetry: otel.telemetry,
     });
     void never();

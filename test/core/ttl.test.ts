@@ -1,5 +1,5 @@
 /**
- * Per-operation ttl: a function of the request and response (HTTP layer) or of the
+ * Per-operation ttlMs: a function of the request and response (HTTP layer) or of the
  * arguments and result (`idempotent()`), validated, with a safe fallback.
  */
 import { describe, expect, it } from 'vitest';
@@ -38,7 +38,7 @@ async function complete(layer: ReturnType<typeof createIdempotency<FakeReq>>, pa
   await decision.claim.finish(response);
 }
 
-describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
+describe('per-operation ttlMs: HTTP layer (src/http.ts)', () => {
   it('H20: ttl(req, response) sets each record’s expiry: payments 7 days, searches 1 hour', async () => {
     const time = clock();
     const store = memoryStore({ now: time.now, sweepIntervalMs: 0 });
@@ -47,7 +47,7 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
       scope: 'shared',
       store,
       now: time.now,
-      ttl: (req, response) => {
+      ttlMs: (req, response) => {
         seen.push([req.path, response.status]);
         return req.path.startsWith('/payments') ? 7 * DAY : HOUR;
       },
@@ -72,7 +72,7 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
   it('the function sees the whole captured response (all headers, the body), not just what is replayed', async () => {
     const time = clock();
     const store = memoryStore({ now: time.now, sweepIntervalMs: 0 });
-    const layer = createIdempotency<FakeReq>({ scope: 'shared', store, now: time.now, ttl: (_req, response) => Number(response.headers['x-kept-for']) + response.body!.byteLength });
+    const layer = createIdempotency<FakeReq>({ scope: 'shared', store, now: time.now, ttlMs: (_req, response) => Number(response.headers['x-kept-for']) + response.body!.byteLength });
     await complete(layer, '/x', 'k');
     const record = await store.get(storageKey(undefined, 'k'));
     expect(record?.state === 'completed' && record.expiresAt).toBe(time.now() + 60_002);
@@ -98,7 +98,7 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
         store,
         now: time.now,
         onEvent: (event) => events.push(event),
-        ttl: () => {
+        ttlMs: () => {
           if (value instanceof Error) throw value;
           return value as number;
         },
@@ -118,16 +118,16 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
   it('the fallback is the default 24 h, and a numeric ttl still works as before', async () => {
     const time = clock();
     const store = memoryStore({ now: time.now, sweepIntervalMs: 0 });
-    await complete(createIdempotency<FakeReq>({ scope: 'shared', store, now: time.now, ttl: 5000 }), '/x', 'numeric');
+    await complete(createIdempotency<FakeReq>({ scope: 'shared', store, now: time.now, ttlMs: 5000 }), '/x', 'numeric');
     const record = await store.get(storageKey(undefined, 'numeric'));
     expect(record?.state === 'completed' && record.expiresAt).toBe(time.now() + 5000);
   });
 
   it('a ttl that is neither a number nor a function is a precise TypeError', () => {
-    expect(() => createIdempotency({ scope: 'shared', store: memoryStore(), ttl: '1h' as never })).toThrow(
+    expect(() => createIdempotency({ scope: 'shared', store: memoryStore(), ttlMs: '1h' as never })).toThrow(
       'Expected `ttlMs` to be a positive integer (ms) or a function returning one, got "1h"',
     );
-    expect(() => createIdempotency({ scope: 'shared', store: memoryStore(), ttl: -1 })).toThrow('Expected `ttlMs` to be a positive integer, got -1');
+    expect(() => createIdempotency({ scope: 'shared', store: memoryStore(), ttlMs: -1 })).toThrow('Expected `ttlMs` to be a positive integer, got -1');
   });
 
   it('released responses (5xx, not stored) never call the ttl function', async () => {
@@ -135,7 +135,7 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
     const layer = createIdempotency<FakeReq>({
       scope: 'shared',
       store: memoryStore(),
-      ttl: () => {
+      ttlMs: () => {
         called++;
         return HOUR;
       },
@@ -146,7 +146,7 @@ describe('per-operation ttl: HTTP layer (src/http.ts)', () => {
   });
 });
 
-describe('per-operation ttl: idempotent()', () => {
+describe('per-operation ttlMs: idempotent()', () => {
   it('C1/H20: ttl(args, result) sets each result’s expiry; a short-lived result runs again after it', async () => {
     const time = clock();
     const store = memoryStore({ now: time.now, sweepIntervalMs: 0 });
@@ -160,7 +160,7 @@ describe('per-operation ttl: idempotent()', () => {
         store,
         now: time.now,
         key: (msg) => msg.id,
-        ttl: ([msg], result) => (msg.type === 'payment' ? 7 * DAY : result.cacheable ? HOUR : DAY),
+        ttlMs: ([msg], result) => (msg.type === 'payment' ? 7 * DAY : result.cacheable ? HOUR : DAY),
       },
     );
     await handle({ id: 'p', type: 'payment' });
@@ -186,14 +186,14 @@ describe('per-operation ttl: idempotent()', () => {
       now: time.now,
       key: () => 'k',
       onEvent: (event) => events.push(event),
-      ttl: () => -1,
+      ttlMs: () => -1,
     });
     expect(await handle()).toBe(1);
     expect(await handle()).toBe(1);
     expect(events.filter((e) => e.type === 'ttl-invalid')).toHaveLength(1);
     const record = await store.get(storageKey(undefined, 'k', 'function'));
     expect(record?.state === 'completed' && record.expiresAt).toBe(time.now() + DAY);
-    expect(() => idempotent(async () => 1, { store, key: () => 'k', ttl: {} as never })).toThrow(
+    expect(() => idempotent(async () => 1, { store, key: () => 'k', ttlMs: {} as never })).toThrow(
       'Expected `ttlMs` to be a positive integer (ms) or a function returning one, got an object',
     );
   });
@@ -207,7 +207,7 @@ describe('per-operation ttl: idempotent()', () => {
       {
         store: memoryStore(),
         key: () => 'k',
-        ttl: () => {
+        ttlMs: () => {
           called++;
           return HOUR;
         },

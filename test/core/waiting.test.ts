@@ -1,5 +1,5 @@
 /**
- * How duplicates wait: in memory behind a request of the same process, on the
+ * How duplicates waitMs: in memory behind a request of the same process, on the
  * store's wake-ups across processes, polling only without them. Two store objects over one
  * Map stand for two processes sharing a store; a small bus gives them the optional
  * `subscribe` capability the Redis and PostgreSQL drivers implement (tested for real in
@@ -80,7 +80,7 @@ function counted(map: Map<string, IdempotencyRecord>, bus?: Set<SettleListener>,
   return result;
 }
 
-const engine = (store: IdempotencyStore, options: Partial<EngineOptions> = {}) => new Engine({ store, wait: 2000, ...options });
+const engine = (store: IdempotencyStore, options: Partial<EngineOptions> = {}) => new Engine({ store, waitMs: 2000, ...options });
 
 describe('waiting in the same process', () => {
   it('H8: duplicates wait on the local owner in memory (no store call) and replay the moment it completes', async () => {
@@ -141,11 +141,11 @@ describe('waiting in the same process', () => {
     if (first.type === 'execute') await first.lease.complete(response());
   });
 
-  it('H8: `wait` still bounds a local wait (409), and `wait: 0` answers at once', async () => {
+  it('H8: `wait` still bounds a local wait (409), and `waitMs: 0` answers at once', async () => {
     const s = counted(new Map());
     const first = await engine(s.store).acquire('k', undefined, 'fp');
-    await expect(engine(s.store, { wait: 0 }).acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(RequestInProgressError);
-    const late = engine(s.store, { wait: 1000 }).acquire('k', undefined, 'fp').catch((e: unknown) => e);
+    await expect(engine(s.store, { waitMs: 0 }).acquire('k', undefined, 'fp')).rejects.toBeInstanceOf(RequestInProgressError);
+    const late = engine(s.store, { waitMs: 1000 }).acquire('k', undefined, 'fp').catch((e: unknown) => e);
     await vi.advanceTimersByTimeAsync(999);
     let settled = false;
     void late.then(() => (settled = true));
@@ -164,8 +164,8 @@ describe('waiting across processes (two store objects over one shared map)', () 
     const bus = new Set<SettleListener>();
     const here = counted(map, bus);
     const there = counted(map, bus);
-    const owner = await engine(here.store, { wait: 10_000 }).acquire('k', undefined, 'fp');
-    const e = engine(there.store, { wait: 10_000 });
+    const owner = await engine(here.store, { waitMs: 10_000 }).acquire('k', undefined, 'fp');
+    const e = engine(there.store, { waitMs: 10_000 });
     // Warm the subscription up (the first waiter of a process reads once more while it comes up).
     const warm = await engine(here.store).acquire('warm', undefined, 'fp');
     const warmWaiter = e.acquire('warm', undefined, 'fp');
@@ -192,7 +192,7 @@ describe('waiting across processes (two store objects over one shared map)', () 
     const bus = new Set<SettleListener>();
     const here = counted(map, bus, 0, true);
     const there = counted(map, bus, 0, true);
-    const e = engine(there.store, { wait: 10_000 });
+    const e = engine(there.store, { waitMs: 10_000 });
     const warm = await engine(here.store).acquire('warm', undefined, 'fp');
     const warmWaiter = e.acquire('warm', undefined, 'fp');
     await vi.advanceTimersByTimeAsync(50);
@@ -224,7 +224,7 @@ describe('waiting across processes (two store objects over one shared map)', () 
     const bus = new Set<SettleListener>();
     const here = counted(map, bus);
     const there = counted(map, bus, 5);
-    const e = engine(there.store, { wait: 10_000 });
+    const e = engine(there.store, { waitMs: 10_000 });
     // Warm the subscription up.
     const warm = await engine(here.store).acquire('warm', undefined, 'fp');
     const warmWaiter = e.acquire('warm', undefined, 'fp');
@@ -246,7 +246,7 @@ describe('waiting across processes (two store objects over one shared map)', () 
     const here = counted(map, bus);
     const there = counted(map, bus);
     const owner = await engine(here.store).acquire('k', undefined, 'fp');
-    const waiter = engine(there.store, { wait: 60_000 }).acquire('k', undefined, 'fp');
+    const waiter = engine(there.store, { waitMs: 60_000 }).acquire('k', undefined, 'fp');
     await vi.advanceTimersByTimeAsync(100);
     const listeners = [...bus];
     bus.clear(); // messages are lost from now on
@@ -264,7 +264,7 @@ describe('waiting across processes (two store objects over one shared map)', () 
     const bus = new Set<SettleListener>();
     const there = counted(map, bus);
     const owner = await engine(counted(map).store).acquire('k', undefined, 'fp'); // completes without publishing
-    const waiter = engine(there.store, { wait: 1500 }).acquire('k', undefined, 'fp');
+    const waiter = engine(there.store, { waitMs: 1500 }).acquire('k', undefined, 'fp');
     await vi.advanceTimersByTimeAsync(200);
     if (owner.type === 'execute') await owner.lease.complete(response());
     await vi.advanceTimersByTimeAsync(1400);
@@ -291,7 +291,7 @@ describe('waiting across processes (two store objects over one shared map)', () 
     const crashed = await engine(s.store, { leaseMs: 3000 }).acquire('k', undefined, 'fp');
     expect(crashed.type).toBe('execute');
     vi.clearAllTimers(); // its renewals stop
-    const retry = engine(s.store, { wait: 5000 }).acquire('k', undefined, 'fp');
+    const retry = engine(s.store, { waitMs: 5000 }).acquire('k', undefined, 'fp');
     await vi.advanceTimersByTimeAsync(3002);
     expect((await retry).type).toBe('execute');
   });

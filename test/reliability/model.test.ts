@@ -343,9 +343,9 @@ export function runModel(factory: ModelStoreFactory): void {
             (store) =>
               new Engine({
                 store,
-                wait: 0,
+                waitMs: 0,
                 leaseMs: LEASE_MS,
-                ttl: TTL_MS,
+                ttlMs: TTL_MS,
                 storeTimeoutMs: 10_000,
                 onEvent: (e) => {
                   if (e.type === 'lease-lost') lost.push(e.key);

@@ -42,7 +42,7 @@ function pausableStore(): { store: IdempotencyStore; pause(): void; resume(): Pr
 describe('orphan claims after a store timeout', () => {
   it('H16/S6: a claim that lands after the 503 is released, so the retry executes at once', async () => {
     const { store, pause, resume } = pausableStore();
-    const engine = new Engine({ store, storeTimeoutMs: 50, leaseMs: 60_000, wait: 0 });
+    const engine = new Engine({ store, storeTimeoutMs: 50, leaseMs: 60_000, waitMs: 0 });
     pause();
     await expect(engine.acquire('k', 'tenant', 'fp')).rejects.toBeInstanceOf(StoreUnavailableError);
     await resume(); // the queued claim runs now, then the engine's release of it
@@ -53,7 +53,7 @@ describe('orphan claims after a store timeout', () => {
 
   it("H18: the clean-up is fenced by the claim's token: it never frees someone else's claim", async () => {
     const { store, pause, resume } = pausableStore();
-    const engine = new Engine({ store, storeTimeoutMs: 50, leaseMs: 60_000, wait: 0 });
+    const engine = new Engine({ store, storeTimeoutMs: 50, leaseMs: 60_000, waitMs: 0 });
     // The owner runs in another process (another store object on the same data): a
     // duplicate in the owner's own process would wait on it in memory, never asking the store.
     const owner = await new Engine({ store: { ...store }, leaseMs: 60_000 }).acquire('k', undefined, 'fp');

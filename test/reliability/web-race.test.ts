@@ -28,7 +28,7 @@ for (const adapter of ADAPTERS) {
     let servers: ServerProcess[] = [];
 
     beforeAll(async () => {
-      // A long wait: this proves that exactly one runs, not how fast duplicates are answered
+      // A long waitMs: this proves that exactly one runs, not how fast duplicates are answered
       // on a loaded 2-core machine.
       const env = { STORE: target.url, NAMESPACE: target.namespace, EXEC_LOG: log.path, WAIT_MS: 20_000, STORE_TIMEOUT_MS: 10_000, ADAPTER: adapter };
       servers = await Promise.all(Array.from({ length: PROCESSES }, () => startServer(env)));

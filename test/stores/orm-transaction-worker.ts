@@ -51,7 +51,7 @@ const place = idempotent(
     await ormCase.insert(tx, order.key, order.amount);
     return { key: order.key, pid: process.pid };
   },
-  { store, key: (order) => order.key, transaction: true, leaseMs: mode === 'race' ? 30_000 : 1000, wait: 60_000, storeTimeoutMs: 20_000 },
+  { store, key: (order) => order.key, transaction: true, leaseMs: mode === 'race' ? 30_000 : 1000, waitMs: 60_000, storeTimeoutMs: 20_000 },
 );
 
 if (mode === 'race') {

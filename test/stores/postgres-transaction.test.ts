@@ -167,7 +167,7 @@ describe.skipIf(!available)('PostgreSQL: effect and record in one transaction', 
     const successor = idempotent(async (id: string, client) => {
       await client.query(`INSERT INTO "${orders}" (key, amount) VALUES ($1, 2)`, [id]);
       return 'successor';
-    }, { store: successorStore, key: (id) => id, transaction: true, wait: 10_000 });
+    }, { store: successorStore, key: (id) => id, transaction: true, waitMs: 10_000 });
     const late = slow('d').catch((e: unknown) => e);
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(await successor('d')).toBe('successor');

@@ -194,7 +194,7 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
       const calls = new Calls();
       const app = express();
       app.use(express.json());
-      app.post('/protected', idempotency({ store: memoryStore(), scope: 'shared', wait: 0 }), (_req, res) => {
+      app.post('/protected', idempotency({ store: memoryStore(), scope: 'shared', waitMs: 0 }), (_req, res) => {
         res.status(201).json({ n: calls.hit('protected') });
       });
       app.post('/open', (_req, res) => {
@@ -254,7 +254,7 @@ export function expressSuite(name: string, express: Express, { extra }: ExpressS
       const calls = new Calls();
       const app = express();
       app.set('env', 'test');
-      app.use(idempotency({ store: memoryStore(), scope: 'shared', leaseMs: 200, wait: 0 }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared', leaseMs: 200, waitMs: 0 }));
       app.post(
         '/half',
         route(async (_req, res) => {

@@ -40,7 +40,7 @@ export function fastifySuite({ extra }: FastifySuiteOptions = {}): void {
       const app = create();
       await app.register(idempotency, { store: memoryStore(), scope: 'shared' });
       app.post('/optional', { config: { idempotency: { required: false } } }, async () => ({ n: calls.hit('optional') }));
-      app.post('/no-wait', { config: { idempotency: { wait: 0 } } }, async () => {
+      app.post('/no-wait', { config: { idempotency: { waitMs: 0 } } }, async () => {
         await new Promise((resolve) => setTimeout(resolve, 300));
         return { n: calls.hit('no-wait') };
       });
@@ -82,7 +82,7 @@ export function fastifySuite({ extra }: FastifySuiteOptions = {}): void {
       );
       const other = create();
       await other.register(idempotency, { store: memoryStore(), scope: 'shared' });
-      expect(() => other.post('/x', { config: { idempotency: { wait: -5 } } }, async () => ({}))).toThrow(
+      expect(() => other.post('/x', { config: { idempotency: { waitMs: -5 } } }, async () => ({}))).toThrow(
         'Expected `waitMs` to be a non-negative integer, got -5',
       );
       expect(() => other.post('/y', { config: { idempotency: 'yes' as never } }, async () => ({}))).toThrow(TypeError);
@@ -146,7 +146,7 @@ export function fastifySuite({ extra }: FastifySuiteOptions = {}): void {
       const app = create();
       await app.register(idempotency, { store: memoryStore(), scope: 'shared' });
       await app.register(async (child) => {
-        await child.register(idempotency, { store: memoryStore(), scope: 'shared', header: 'X-Request-Key', wait: 0 });
+        await child.register(idempotency, { store: memoryStore(), scope: 'shared', header: 'X-Request-Key', waitMs: 0 });
         child.post('/orders', async () => ({ n: calls.hit('orders') }));
       });
       const url = await listen(app);

@@ -305,7 +305,7 @@ export const scenarios: Scenario[] = [
   {
     rule: 'H8',
     title: 'wait: 0 answers a duplicate 409 request-in-progress with Retry-After at once, changing nothing',
-    options: { wait: 0 },
+    options: { waitMs: 0 },
     async run(t) {
       const key = t.key();
       // The first runs for 1.5 s: the duplicate comes while it runs, however loaded the machine.
@@ -323,7 +323,7 @@ export const scenarios: Scenario[] = [
   {
     rule: 'H8',
     title: 'a short wait runs out: 409 request-in-progress with Retry-After',
-    options: { wait: 100 },
+    options: { waitMs: 100 },
     async run(t) {
       const key = t.key();
       const first = t.send({ path: '/slow?ms=1500', key, body: payment(1) });
@@ -702,7 +702,7 @@ export const scenarios: Scenario[] = [
   {
     rule: 'H19',
     title: 'problem responses are never stored: after 409 and 422 the key still works as before',
-    options: { wait: 0 },
+    options: { waitMs: 0 },
     async run(t) {
       const key = t.key();
       const first = t.send({ path: '/slow?ms=1500', key, body: payment(1) });
@@ -719,7 +719,7 @@ export const scenarios: Scenario[] = [
   {
     rule: 'H20',
     title: 'an expired record is gone: the key is new again',
-    options: { ttl: 200 },
+    options: { ttlMs: 200 },
     async run(t) {
       const key = t.key();
       await t.send({ path: '/payments', key, body: payment(1) });

@@ -228,7 +228,7 @@ export function koaSuite(name: string, KoaClass: KoaClass, major: 2 | 3, { extra
       const calls = new Calls();
       const app = new KoaClass();
       app.on('error', () => {}); // Koa reports the stream error; the test only needs the outcome
-      app.use(idempotency({ store: memoryStore(), scope: 'shared', wait: 0 }));
+      app.use(idempotency({ store: memoryStore(), scope: 'shared', waitMs: 0 }));
       app.use((ctx) => {
         calls.hit('failing');
         ctx.type = 'text/plain';
@@ -268,7 +268,7 @@ export function koaSuite(name: string, KoaClass: KoaClass, major: 2 | 3, { extra
     });
 
     it('bad options are a TypeError when the middleware is created', () => {
-      expect(() => idempotency({ store: memoryStore(), scope: 'shared', wait: 1.5 })).toThrow('Expected `waitMs` to be a non-negative integer, got 1.5');
+      expect(() => idempotency({ store: memoryStore(), scope: 'shared', waitMs: 1.5 })).toThrow('Expected `waitMs` to be a non-negative integer, got 1.5');
       expect(() => idempotency({ store: memoryStore(), scope: 'shared', methods: 'POST' as never })).toThrow(TypeError);
     });
 

@@ -116,7 +116,7 @@ export function ormTransactionsSuite(orm: OrmName, db: Database, available: bool
       Number((await sqlOutside<{ n: number | string }>(db, `SELECT count(*) AS n FROM ${ordersTable} WHERE ${keyColumn} = ${db === 'postgres' ? '$1' : '?'}`, [key]))[0]!.n);
     const recordStates = async () =>
       (await sqlOutside<{ state: string }>(db, `SELECT state FROM ${quote(db, records)}`)).map((row) => row.state);
-    const place = (store: TransactionalStore<unknown>, runs: { n: number }, options: { wait?: number; leaseMs?: number } = {}) =>
+    const place = (store: TransactionalStore<unknown>, runs: { n: number }, options: { waitMs?: number; leaseMs?: number } = {}) =>
       idempotent(
         async (order: { key: string; amount: number }, tx: unknown) => {
           runs.n++;
@@ -328,7 +328,7 @@ BEGIN IF nextval('${seq}') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid(
       const owner = place(storeWith(holding), { n: 0 });
       // Another store: no shared memory, the duplicate must wait in the database.
       const duplicateRuns = { n: 0 };
-      const duplicate = place(storeWith(ormCase.runner), duplicateRuns, { wait: 30_000 });
+      const duplicate = place(storeWith(ormCase.runner), duplicateRuns, { waitMs: 30_000 });
       const first = owner({ key: 'isolated', amount: 9 });
       await atCommit;
       expect(await rowsOf('isolated')).toBe(0);
@@ -480,7 +480,7 @@ BEGIN IF nextval('${seq}') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid(
         worker.child.kill('SIGKILL');
         await new Promise((resolve) => worker.child.once('exit', resolve));
         const runs = { n: 0 };
-        const retry = place(storeWith(ormCase.runner), runs, { wait: 30_000 });
+        const retry = place(storeWith(ormCase.runner), runs, { waitMs: 30_000 });
         const result = await retry({ key, amount: 7 });
         expect(await rowsOf(key)).toBe(1);
         if (point === 'before-commit') {
