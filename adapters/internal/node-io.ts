@@ -10,6 +10,7 @@ import { Readable, Transform } from 'node:stream';
 import { BodyTooLargeError } from '../../src/errors.js';
 import { isJsonType, ParsedJsonBody, RawBody } from '../../src/fingerprint.js';
 import { BodyRecorder } from './body-recorder.js';
+import { whenClientGone } from './client-gone.js';
 import { endAfterDrain } from './drain.js';
 import type { CapturedResponse, HttpClaim, HttpRequestInfo } from '../../src/http.js';
 import type { HttpResponse } from '../../src/problem.js';
@@ -424,14 +425,8 @@ export function invalidHeader(headers: CapturedResponse['headers']): Error | und
  * response ended first.
  */
 export function abandonOnClose(res: ServerResponse, claim: HttpClaim, ended: () => boolean, reprototyped = false): void {
-  const onClose = () => {
-    if (!ended() && !res.writableFinished) claim.abandon();
-  };
-  if (res.destroyed) onClose();
-  // A response emits 'close' once: `on` spares the wrapper `once` would build per request.
   // On a re-prototyped response (Express's), `on` is found without a load on it (see inherited).
-  else if (reprototyped) inherited<ServerResponse['on']>(res, 'on').call(res, 'close', onClose);
-  else res.on('close', onClose);
+  whenClientGone(res, () => claim.abandon(), ended, reprototyped ? inherited<ServerResponse['on']>(res, 'on') : undefined);
 }
 
 /** The key header's lines, one entry per line, so repeated lines are spotted. */

@@ -13,6 +13,7 @@ import { RawBody, UploadBody, type UploadedFile } from '../../src/fingerprint.js
 import type { CapturedResponse, HttpClaim, HttpRequestInfo, Idempotency } from '../../src/http.js';
 import type { HttpResponse } from '../../src/problem.js';
 import { BodyRecorder } from './body-recorder.js';
+import { whenClientGone } from './client-gone.js';
 import { endAfterDrain } from './drain.js';
 import { keptParts, knownBody, plainKeptHeaders, readUnreadIncoming, unreadNodeIncoming } from './hono-node-server.js';
 
@@ -515,16 +516,11 @@ export function clientGoneFor(request: Request, rest: readonly unknown[], claim:
     abandonOnAbort(signal, claim);
     return signal;
   }
-  const state = { aborted: node.destroyed && !node.writableFinished };
-  if (state.aborted) claim.abandon();
-  else {
-    // A response emits 'close' once: `on` spares the wrapper `once` would build per request.
-    node.on('close', () => {
-      if (node.writableFinished) return;
-      state.aborted = true;
-      claim.abandon();
-    });
-  }
+  const state = { aborted: false };
+  whenClientGone(node, () => {
+    state.aborted = true;
+    claim.abandon();
+  });
   return state;
 }
 
