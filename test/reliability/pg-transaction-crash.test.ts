@@ -95,13 +95,16 @@ interface Worker {
   next(type: Line['type'], key?: string): Promise<Line>;
   exited: Promise<NodeJS.Signals | number | null>;
   output(): string;
+  /** The PostgreSQL application_name of this process's connections. */
+  appName: string;
 }
 
 const live = new Set<ChildProcessWithoutNullStreams>();
 
 function startWorker(env: Record<string, string>): Worker {
+  const appName = `ik-pg-tx-crash-${randomUUID().slice(0, 8)}`;
   const child = spawn(process.execPath, [WORKER], {
-    env: { ...process.env, ...env },
+    env: { ...process.env, ...env, APP_NAME: appName },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   live.add(child);
@@ -132,7 +135,7 @@ function startWorker(env: Record<string, string>): Worker {
   };
   const ready = next('ready').then(() => undefined);
   ready.catch(() => undefined); // a spare killed unused never gets ready; awaited where it matters
-  return { child, ready, next, exited, output: () => stderr };
+  return { child, ready, next, exited, output: () => stderr, appName };
 }
 
 const send = (worker: Worker, job: { key: string; killAt: KillPoint | 'none' }) => worker.child.stdin.write(`${JSON.stringify(job)}\n`);
@@ -182,6 +185,13 @@ describe.skipIf(!available)('PostgreSQL transaction: SIGKILL at every point of a
 
     const ordersOf = async (key: string) =>
       (await db.query(`SELECT id FROM "${orders}" WHERE key = $1 ORDER BY id`, [key])).rows.map((r) => r.id as number);
+    const sessionsEnded = async (appName: string) => {
+      for (const deadline = performance.now() + 30_000; ; await sleep(10)) {
+        const { rows } = await db.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1', [appName]);
+        if (rows[0].n === 0) return;
+        if (performance.now() > deadline) throw new Error(`the sessions of a killed worker (${appName}) are still open after 30 s`);
+      }
+    };
     const recordState = async () => {
       // The record table is created by the first worker; one row per key, keys hashed.
       const { rows } = await db.query(`SELECT state, count(*)::int AS n FROM "${records}" GROUP BY state`);
@@ -227,9 +237,16 @@ describe.skipIf(!available)('PostgreSQL transaction: SIGKILL at every point of a
             await doomed.exited;
           } else expect(how, `a worker killed at ${killAt} died by SIGKILL:\n${doomed.output()}`).toBe('SIGKILL');
 
-          const ordersAfterKill = (await ordersOf(key)).length;
-          const { rows } = await db.query(`SELECT state FROM "${records}" WHERE key = $1`, [rowKey(key)]);
-          const recordAfterKill = (rows[0]?.state as string | undefined) ?? 'absent';
+          // A killed process's last statement can still be running in its server session
+          // (a COMMIT sent just before the kill commits after it): the state after the kill
+          // is read once those sessions have ended, orders and record in one snapshot.
+          await sessionsEnded(doomed.appName);
+          const { rows } = await db.query(
+            `SELECT (SELECT count(*)::int FROM "${orders}" WHERE key = $1) AS orders, (SELECT state FROM "${records}" WHERE key = $2) AS state`,
+            [key, rowKey(key)],
+          );
+          const ordersAfterKill = rows[0].orders as number;
+          const recordAfterKill = (rows[0].state as string | null) ?? 'absent';
           // The retry waits out the lease when the kill left the key processing; the lane
           // goes on with its next kill meanwhile.
           const t2 = performance.now();
