@@ -5,7 +5,12 @@
  *
  *     P|C  waiters(-|w)  token \n fingerprint \n createdAt \n  then
  *     processing: leaseUntil
- *     completed:  expiresAt \n status \n headers JSON \n  then `b` and the body bytes, or `n` (no body)
+ *     completed:  expiresAt \n  then
+ *                 status \n headers JSON \n  then `b` and the body bytes, or `n` (no body)
+ *                 or, for a compressed response (compression.ts), `z` and its payload
+ *
+ * Times are milliseconds since the epoch in base 36 (8 digits until the year 5188). The
+ * scripts never read them: they find the lines by their line ends.
  *
  * `waiters` is `w` once a claim found the record processing: its completion or release then
  * publishes a wake-up, and only then. Values written by earlier releases (JSON, starting
@@ -13,11 +18,16 @@
  * @module
  */
 import type { IdempotencyRecord, StoredResponse } from '../src/store.js';
+import { compressedPayload, fromCompressedPayload } from '../src/compression.js';
 import { decodeRecord as decodeJsonRecord } from './record-json.js';
 
 const NL = 10;
 const P = 0x50;
 const C = 0x43;
+const Z = 0x7a;
+
+/** A time as the layout writes it. */
+export const time = (ms: number): string => ms.toString(36);
 
 /** What a script compares at byte 3 to know the owner: the token and its line end. */
 export const ownerPrefix = (token: string): string => `${token}\n`;
@@ -31,11 +41,18 @@ function checkLine(name: string, value: string): void {
 export function encodeProcessing(token: string, fingerprint: string, createdAt: number, leaseUntil: number): string {
   checkLine('token', token);
   checkLine('fingerprint', fingerprint);
-  return `P-${token}\n${fingerprint}\n${createdAt}\n${leaseUntil}`;
+  return `P-${token}\n${fingerprint}\n${time(createdAt)}\n${time(leaseUntil)}`;
 }
 
 /** The response part of a completed value (after `status`'s line start): status, headers, body. */
 export function encodeResponseTail(response: StoredResponse): Buffer {
+  const payload = compressedPayload(response);
+  if (payload) {
+    const out = Buffer.allocUnsafe(1 + payload.byteLength);
+    out[0] = Z;
+    out.set(payload, 1);
+    return out;
+  }
   const head = `${response.status}\n${JSON.stringify(response.headers)}\n${response.body === null ? 'n' : 'b'}`;
   if (response.body === null || response.body.byteLength === 0) return Buffer.from(head);
   const headBytes = Buffer.byteLength(head);
@@ -48,7 +65,7 @@ export function encodeResponseTail(response: StoredResponse): Buffer {
 /** What a completion appends after the copied `token \n fingerprint \n createdAt \n`. */
 export function encodeCompletedTail(expiresAt: number, response: StoredResponse): Buffer {
   const tail = encodeResponseTail(response);
-  const prefix = `${expiresAt}\n`;
+  const prefix = `${time(expiresAt)}\n`;
   const out = Buffer.allocUnsafe(prefix.length + tail.length);
   out.write(prefix, 0, 'latin1');
   out.set(tail, prefix.length);
@@ -59,7 +76,7 @@ export function encodeCompletedTail(expiresAt: number, response: StoredResponse)
 export function encodeCompleted(record: Extract<IdempotencyRecord, { state: 'completed' }>): Buffer {
   checkLine('token', record.token);
   checkLine('fingerprint', record.fingerprint);
-  const head = Buffer.from(`C-${record.token}\n${record.fingerprint}\n${record.createdAt}\n`);
+  const head = Buffer.from(`C-${record.token}\n${record.fingerprint}\n${time(record.createdAt)}\n`);
   return Buffer.concat([head, encodeCompletedTail(record.expiresAt, record.response)]);
 }
 
@@ -78,8 +95,8 @@ export function decodeValue(value: Buffer | string): IdempotencyRecord {
     return text;
   };
   const number = (text: string): number => {
-    const n = Number(text);
-    if (text === '' || !Number.isSafeInteger(n)) throw new TypeError('idempotency-kit: stored record has a malformed number');
+    const n = /^[0-9a-z]{1,11}$/.test(text) ? parseInt(text, 36) : NaN;
+    if (!Number.isSafeInteger(n)) throw new TypeError('idempotency-kit: stored record has a malformed number');
     return n;
   };
   const token = line();
@@ -89,7 +106,12 @@ export function decodeValue(value: Buffer | string): IdempotencyRecord {
     return { state: 'processing', fingerprint, token, createdAt, leaseUntil: number(buf.toString('latin1', at)) };
   }
   const expiresAt = number(line());
-  const status = number(line());
+  if (buf[at] === Z) {
+    return { state: 'completed', fingerprint, token, createdAt, expiresAt, response: fromCompressedPayload(buf.subarray(at + 1)) };
+  }
+  const statusText = line();
+  if (!/^\d{1,4}$/.test(statusText)) throw new TypeError('idempotency-kit: stored record has a malformed status');
+  const status = Number(statusText);
   const headers = JSON.parse(line()) as Record<string, string | string[]>;
   const marker = buf[at];
   let body: Uint8Array | null;

@@ -27,7 +27,7 @@ import { withTimeout } from '../src/timers.js';
 import { assertDriverUrl } from './definition.js';
 import { redisDriver } from './redis-definition.js';
 import { decodeRecord, encodeResponse } from './record-json.js';
-import { decodeValue, encodeCompletedTail, encodeProcessing, encodeResponseTail, ownerPrefix, unmarkedProcessing } from './redis-record.js';
+import { decodeValue, encodeCompletedTail, encodeProcessing, encodeResponseTail, ownerPrefix, time, unmarkedProcessing } from './redis-record.js';
 import { adapterFrom, checkScanOptions, isLive, reconnectingFeed } from './utils.js';
 import { assertInteger } from '../src/validate.js';
 import { slotRefresher } from './node-redis-cluster.js';
@@ -549,7 +549,7 @@ export function redisStore(options: RedisStoreOptions = {}): IdempotencyStore {
     async extend(key: string, token: string, leaseMs: number) {
       const leaseUntil = Date.now() + leaseMs;
       const id = redisKey(key);
-      const extended = (await evalScript(EXTEND, id, [ownerPrefix(token), String(leaseMs), String(leaseUntil)])) === 1;
+      const extended = (await evalScript(EXTEND, id, [ownerPrefix(token), String(leaseMs), time(leaseUntil)])) === 1;
       // A lease extension a failover could lose would let another claimer in while this
       // owner still runs; unacknowledged, it rejects and the owner keeps its old lease end.
       if (extended && waitFor) await waitForReplicas(waitFor, id, 'lease extension');

@@ -2,14 +2,15 @@
  * Opt-in compression of stored responses (`compress`, docs/semantics.md#compression):
  * bodies of at least `minBytes` are stored compressed, before they are sealed (compressed
  * ciphertext would not shrink). The stored form is a response whose status is 1 (never an
- * HTTP status) and whose body is `IKz1`, the algorithm's letter, then the compressed
- * status, headers and body. A record that fails to inflate is unreadable and fails closed,
+ * HTTP status) and whose body is `IKz2`, the algorithm's letter, then the compressed
+ * response in the compact form of response-bytes.ts (`IKz1`, from builds before the
+ * compact form, holds the plain form and is still read). A record that fails to inflate is unreadable and fails closed,
  * as a record that fails to open. Records are read whatever `compress` says now.
  * @module
  */
 import * as zlib from 'node:zlib';
 import { RecordUnreadableError } from './errors.js';
-import { decodePlain, encodePlain } from './response-bytes.js';
+import { decodeCompact, decodePlain, encodeCompact } from './response-bytes.js';
 import type { StoredResponse } from './store.js';
 import { assertInteger, assertOneOf } from './validate.js';
 
@@ -29,7 +30,9 @@ export interface CompressOptions {
 }
 
 export const COMPRESSED_STATUS = 1;
-const MAGIC = Buffer.from('IKz1', 'latin1');
+const MAGIC = Buffer.from('IKz2', 'latin1');
+/** The version byte of the first form, whose payload was the plain form (encodePlain). */
+const PLAIN_VERSION = 0x31;
 const HEAD_BYTES = MAGIC.length + 1;
 
 type Algorithm = NonNullable<CompressOptions['algorithm']>;
@@ -72,7 +75,7 @@ export class Compressor {
   compress(response: StoredResponse): StoredResponse {
     const body = response.body;
     if (body === null || body.byteLength < this.minBytes) return response;
-    const packed = this.codec.pack(encodePlain(response));
+    const packed = this.codec.pack(encodeCompact(response as StoredResponse & { body: Uint8Array }));
     if (packed.length + HEAD_BYTES >= body.byteLength) return response; // already compressed data
     const out = Buffer.allocUnsafe(HEAD_BYTES + packed.length);
     MAGIC.copy(out, 0);
@@ -106,7 +109,7 @@ export function isCompressed(response: StoredResponse): boolean {
     body[0] === MAGIC[0] &&
     body[1] === MAGIC[1] &&
     body[2] === MAGIC[2] &&
-    body[3] === MAGIC[3]
+    (body[3] === MAGIC[3] || body[3] === PLAIN_VERSION)
   );
 }
 
@@ -117,8 +120,29 @@ export function inflateResponse(response: StoredResponse): StoredResponse {
   const codec = byLetter.get(body[MAGIC.length]!);
   if (!codec) throw new RecordUnreadableError(undefined, 'malformed', 'it is compressed with an algorithm this runtime does not have');
   try {
-    return decodePlain(codec.unpack(Buffer.from(body.buffer, body.byteOffset + HEAD_BYTES, body.byteLength - HEAD_BYTES)));
+    const inflated = codec.unpack(Buffer.from(body.buffer, body.byteOffset + HEAD_BYTES, body.byteLength - HEAD_BYTES));
+    return body[3] === PLAIN_VERSION ? decodePlain(inflated) : decodeCompact(inflated);
   } catch {
     throw new RecordUnreadableError(undefined, 'malformed', 'its compressed body does not inflate');
   }
+}
+
+/**
+ * For a store's own layout: what follows the magic (the algorithm's letter and the
+ * compressed bytes) when `response` is a compressed one of the current form, so that the
+ * store can keep just that behind a marker of its own; undefined otherwise.
+ */
+export function compressedPayload(response: StoredResponse): Uint8Array | undefined {
+  const body = response.body;
+  if (!isCompressed(response) || body![3] !== MAGIC[3]) return undefined;
+  for (const _ in response.headers) return undefined;
+  return body!.subarray(MAGIC.length);
+}
+
+/** Inverse of {@link compressedPayload}: the compressed response whose payload it is. */
+export function fromCompressedPayload(payload: Uint8Array): StoredResponse {
+  const body = new Uint8Array(MAGIC.length + payload.byteLength);
+  body.set(MAGIC, 0);
+  body.set(payload, MAGIC.length);
+  return { status: COMPRESSED_STATUS, headers: {}, body };
 }

@@ -15,7 +15,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { withIdempotency } from '../../adapters/node.js';
 import { createStore } from '../../drivers/create-store.js';
 import { memoryStore } from '../../drivers/memory.js';
-import { COMPRESSED_STATUS, inflateResponse, isCompressed, resolveCompression } from '../../src/compression.js';
+import { COMPRESSED_STATUS, compressedPayload, fromCompressedPayload, inflateResponse, isCompressed, resolveCompression } from '../../src/compression.js';
+import { decodeCompact, encodeCompact, encodePlain } from '../../src/response-bytes.js';
+import { decodeValue, encodeCompleted } from '../../drivers/redis-record.js';
 import { isSealed, openRecord, resolveEncryption } from '../../src/encryption.js';
 import { idempotent, RecordUnreadableError } from '../../src/index.js';
 import { storageKey } from '../../src/key.js';
@@ -68,6 +70,61 @@ describe('compress option', () => {
     expect(sealed.body!.byteLength).toBeLessThan(response.body!.byteLength / 2);
     const record = { state: 'completed' as const, fingerprint: 'fp', token: 't', createdAt: 1, expiresAt: 2, response: sealed };
     expect(openRecord(record, 'skey', ring).response).toEqual(response);
+  });
+
+  it('the compact form keeps every status, header and body exactly: table pairs and names, other names, lists, odd names and values', () => {
+    const cases: StoredResponse[] = [
+      { status: 200, headers: { 'content-type': 'application/json; charset=utf-8', etag: 'W/"480-DEE3SxL0JJ5w8RtwyeR4stUbHEs"' }, body: new Uint8Array(json(3)) },
+      // A table name with a value not in the table, a list, a name of no table, unicode, empty values.
+      { status: 201, headers: { 'content-type': 'application/vnd.api+json', 'set-cookie': ['a=1', 'b=2; Path=/'], 'x-trace': 'ünïcödé ✓', location: '', link: [] }, body: new Uint8Array([0, 1, 2, 255]) },
+      // A header named like an object's own properties stays a header.
+      { status: 599, headers: JSON.parse('{"__proto__":"p","constructor":"c","x":"' + 'y'.repeat(300) + '"}'), body: new Uint8Array(0) },
+      { status: 999, headers: {}, body: new Uint8Array(json(50)) },
+    ];
+    for (const c of cases) {
+      const compact = encodeCompact(c as StoredResponse & { body: Uint8Array });
+      const back = decodeCompact(compact);
+      expect(back).toEqual(c);
+      expect(Object.getPrototypeOf(back.headers)).toBe(Object.prototype);
+      expect(Object.keys(back.headers)).toEqual(Object.keys(c.headers));
+    }
+    // The usual head is a few bytes: status, count, one byte for the content type, the etag.
+    const usual = cases[0]!;
+    const head = encodeCompact(usual as StoredResponse & { body: Uint8Array }).length - usual.body!.byteLength;
+    expect(head).toBe(2 + 1 + 1 + 1 + 1 + Buffer.byteLength(usual.headers.etag as string));
+    expect(head).toBeLessThan(encodePlain(usual).length - usual.body!.byteLength - 70);
+    // Cut short anywhere in the head, or an unknown table entry: a TypeError, never a wrong response.
+    const compact = encodeCompact(cases[1] as StoredResponse & { body: Uint8Array });
+    const headLength = compact.length - cases[1]!.body!.byteLength;
+    for (let cut = 0; cut < headLength; cut++) expect(() => decodeCompact(compact.subarray(0, cut))).toThrow(TypeError);
+    expect(() => decodeCompact(Buffer.from([0, 200, 1, 0xff]))).toThrow(/unknown header pair/);
+    expect(() => decodeCompact(Buffer.from([0, 200, 1, 0x7f, 0]))).toThrow(/unknown header name/);
+    expect(() => decodeCompact(Buffer.from([0, 200, 1, 0x01]))).toThrow(/unknown header form/);
+  });
+
+  it('reads the first compressed form (IKz1: the plain form inside) as well', () => {
+    const packed = Buffer.concat([Buffer.from('IKz1b', 'latin1'), zlib.brotliCompressSync(encodePlain(response))]);
+    expect(inflateResponse({ status: COMPRESSED_STATUS, headers: {}, body: new Uint8Array(packed) })).toEqual(response);
+  });
+
+  it('the Redis layout keeps a compressed response as its payload behind one marker, and reads it back exactly', () => {
+    const packed = resolveCompression(true)!.compress({ ...response, body: new Uint8Array(json(60)) });
+    const payload = compressedPayload(packed)!;
+    expect(payload.byteLength).toBe(packed.body!.byteLength - 4);
+    expect(fromCompressedPayload(payload)).toEqual(packed);
+    const record = { state: 'completed' as const, fingerprint: 'v2:fp', token: 'tok', createdAt: 1_796_614_818_418, expiresAt: 1_796_701_218_427, response: packed };
+    const value = encodeCompleted(record);
+    // Times in base 36, then `z` and the payload: no status line, no headers, no magic.
+    const head = `C-tok\nv2:fp\n${(1_796_614_818_418).toString(36)}\n${(1_796_701_218_427).toString(36)}\nz`;
+    expect(head).toBe('C-tok\nv2:fp\nmxcq2q2a\nmxe5ikqj\nz');
+    expect(value.subarray(0, head.length).toString('latin1')).toBe(head);
+    expect(value.byteLength).toBe(head.length + payload.byteLength);
+    expect(decodeValue(value)).toEqual(record);
+    expect(inflateResponse((decodeValue(value) as typeof record).response)).toEqual({ ...response, body: new Uint8Array(json(60)) });
+    // Not the current compressed form (headers, the first form): the usual lines.
+    expect(compressedPayload(response)).toBeUndefined();
+    expect(compressedPayload({ ...packed, headers: { a: 'b' } })).toBeUndefined();
+    expect(decodeValue(encodeCompleted({ ...record, response }))).toEqual({ ...record, response });
   });
 
   it('a record that fails to inflate fails closed: RecordUnreadableError, neither replayed nor run again', async () => {

@@ -84,7 +84,7 @@ describe.skipIf(!available)('redis store specifics', () => {
     await store.complete(key, 't', response, 60_000);
     expect(await inspector.pTTL(keys[0]!)).toBeGreaterThan(59_000);
     // The layout of drivers/redis-record.ts: state, waiters flag, token, fingerprint, then the rest.
-    expect((await inspector.get(keys[0]!))!).toMatch(/^C-t\nfp\n\d+\n\d+\n201\n\{/);
+    expect((await inspector.get(keys[0]!))!).toMatch(/^C-t\nfp\n[0-9a-z]{8}\n[0-9a-z]{8}\n201\n\{/);
     await store.close();
   });
 

@@ -1,0 +1,20 @@
+import * as zlib from 'node:zlib';
+import { paymentIntent } from './bench/store-cost.js';
+import { encodePlain } from './src/response-bytes.js';
+const body = Buffer.from(paymentIntent(7));
+const headers = { 'content-type': 'application/json; charset=utf-8', etag: 'W/"480-DEE3SxL0JJ5w8RtwyeR4stUbHEs"' };
+const plain = encodePlain({ status: 200, headers, body });
+const nobody = encodePlain({ status: 200, headers, body: null });
+console.log('plain', plain.length, 'head part', nobody.length, JSON.stringify(nobody.toString('latin1')));
+const C = zlib.constants;
+const br = (input: Buffer, q: number, extra: Record<number, number> = {}) => zlib.brotliCompressSync(input, { params: { [C.BROTLI_PARAM_QUALITY]: q, [C.BROTLI_PARAM_SIZE_HINT]: input.length, ...extra } }).length;
+for (const q of [4, 5, 6, 7, 9, 11]) console.log('br q', q, br(plain, q), 'text', br(plain, q, { [C.BROTLI_PARAM_MODE]: C.BROTLI_MODE_TEXT }), 'lgwin10', br(plain, q, { [C.BROTLI_PARAM_LGWIN]: 10 }), 'body only', br(body, q));
+for (const l of [6, 9]) console.log('deflateRaw', l, zlib.deflateRawSync(plain, { level: l }).length, 'gzip', zlib.gzipSync(plain, { level: l }).length);
+let t = performance.now(); for (let i = 0; i < 2000; i++) br(plain, 5); console.log('q5 us', ((performance.now() - t) / 2000 * 1000).toFixed(1));
+for (const q of [6, 7, 8, 9]) { t = performance.now(); for (let i = 0; i < 500; i++) br(plain, q); console.log('q', q, 'us', ((performance.now() - t) / 500 * 1000).toFixed(1)); }
+t = performance.now(); for (let i = 0; i < 100; i++) br(plain, 10); console.log('q10 us', ((performance.now() - t) / 100 * 1000).toFixed(1));
+const head = Buffer.concat([Buffer.from([0, 200, 2, 0x81, 0x02, 34]), Buffer.from(headers.etag)]);
+const packed = Buffer.concat([head, body]);
+console.log('compact head', head.length, 'q5', br(packed, 5), 'q6', br(packed, 6), 'q7', br(packed, 7));
+const bodyFirst = Buffer.concat([body, head]);
+console.log('body first q5', br(bodyFirst, 5));
