@@ -7,9 +7,9 @@
  * @module
  */
 import { channel } from 'node:diagnostics_channel';
-import { createRequire } from 'node:module';
 import type { IdempotencyEvent, StoreOperation } from './events.js';
 import type { IdempotencyRecord } from './store.js';
+import { optionalPeer } from './optional-peer.js';
 
 /** The diagnostics channel every engine event is published on. */
 export const EVENT_CHANNEL = 'idempotency-kit:event';
@@ -99,8 +99,6 @@ const SPAN_KIND_INTERNAL = 0;
 const SPAN_KIND_CLIENT = 2;
 const STATUS_ERROR = 2;
 
-let installedApi: OpenTelemetryApi | null | undefined;
-
 /** Run a telemetry step; a throwing tracer, meter or exporter must never reach the request. */
 function guard<T>(step: () => T): T | undefined {
   try {
@@ -110,21 +108,12 @@ function guard<T>(step: () => T): T | undefined {
   }
 }
 
-/** `@opentelemetry/api` if the application has it, resolved once; null when absent. */
-function installed(): OpenTelemetryApi | null {
-  if (installedApi === undefined) {
-    try {
-      // createRequire works in both builds without a top-level await: the API is a
-      // CommonJS-compatible package that keeps its state on globalThis, so this copy
-      // sees the providers the application registered through its own import.
-      const here = typeof __filename === 'string' ? __filename : import.meta.url;
-      installedApi = createRequire(here)('@opentelemetry/api') as OpenTelemetryApi;
-    } catch {
-      installedApi = null;
-    }
-  }
-  return installedApi;
-}
+/**
+ * `@opentelemetry/api` if the application has it, resolved once; null when absent. It keeps
+ * its state on globalThis, so this copy sees the providers the application registered
+ * through its own import.
+ */
+const installed = optionalPeer<OpenTelemetryApi>('@opentelemetry/api');
 
 interface Instruments {
   tracer: OtelTracer;

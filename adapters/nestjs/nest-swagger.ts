@@ -6,11 +6,11 @@
  * which Nest does before `SwaggerModule.createDocument()` can run.
  * @module
  */
-import { createRequire } from 'node:module';
 import { RequestMethod, type Type } from '@nestjs/common';
 import { Reflector, type ModulesContainer } from '@nestjs/core';
 import type { Idempotency } from '../../src/http.js';
 import { idempotencyContract, inlineContract } from '../../src/openapi.js';
+import { optionalPeer } from '../../src/optional-peer.js';
 import { httpCodeOf, routeMethod } from './nest-private.js';
 
 /** What this file uses of `@nestjs/swagger`. */
@@ -21,20 +21,8 @@ export interface NestSwagger {
   DECORATORS?: { API_RESPONSE?: string };
 }
 
-let installed: NestSwagger | null | undefined;
-
 /** `@nestjs/swagger` if the application has it, resolved once; null when absent. */
-export function loadNestSwagger(): NestSwagger | null {
-  if (installed === undefined) {
-    try {
-      const here = typeof __filename === 'string' ? __filename : import.meta.url;
-      installed = createRequire(here)('@nestjs/swagger') as NestSwagger;
-    } catch {
-      installed = null;
-    }
-  }
-  return installed;
-}
+export const loadNestSwagger = optionalPeer<NestSwagger>('@nestjs/swagger');
 
 /** Handlers documented already: a second module, or a second application in one process, adds nothing twice. */
 const documented = new WeakSet<Function>();
