@@ -9,8 +9,9 @@
  *                 status \n headers JSON \n  then `b` and the body bytes, or `n` (no body)
  *                 or, for a compressed response (compression.ts), `z` and its payload
  *
- * Times are milliseconds since the epoch in base 36 (8 digits until the year 5188). The
- * scripts never read them: they find the lines by their line ends.
+ * Times are milliseconds since the epoch in base 36 (8 digits until the year 5188; builds
+ * before that wrote 13 decimal digits, still read). The scripts never read them: they
+ * find the lines by their line ends.
  *
  * `waiters` is `w` once a claim found the record processing: its completion or release then
  * publishes a wake-up, and only then. Values written by earlier releases (JSON, starting
@@ -94,8 +95,10 @@ export function decodeValue(value: Buffer | string): IdempotencyRecord {
     at = end + 1;
     return text;
   };
+  // Base 36 (8 characters for today's times); 12 or more decimal digits are a time written
+  // in decimal by builds before base 36, read as such.
   const number = (text: string): number => {
-    const n = /^[0-9a-z]{1,11}$/.test(text) ? parseInt(text, 36) : NaN;
+    const n = /^[0-9a-z]{1,11}$/.test(text) ? parseInt(text, 36) : /^\d{12,16}$/.test(text) ? Number(text) : NaN;
     if (!Number.isSafeInteger(n)) throw new TypeError('idempotency-kit: stored record has a malformed number');
     return n;
   };

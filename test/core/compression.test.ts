@@ -125,6 +125,11 @@ describe('compress option', () => {
     expect(compressedPayload(response)).toBeUndefined();
     expect(compressedPayload({ ...packed, headers: { a: 'b' } })).toBeUndefined();
     expect(decodeValue(encodeCompleted({ ...record, response }))).toEqual({ ...record, response });
+    // Times in decimal, as builds before base 36 wrote them, are read as such.
+    expect(decodeValue(Buffer.from('P-tok\nv2:fp\n1796614818418\n1796614848418'))).toEqual({
+      state: 'processing', token: 'tok', fingerprint: 'v2:fp', createdAt: 1_796_614_818_418, leaseUntil: 1_796_614_848_418,
+    });
+    expect(() => decodeValue(Buffer.from('P-tok\nv2:fp\n17966148184180000000\n1'))).toThrow(/malformed number/);
   });
 
   it('a record that fails to inflate fails closed: RecordUnreadableError, neither replayed nor run again', async () => {
