@@ -155,7 +155,10 @@ export function decodeCompact(buf: Buffer): StoredResponse {
     return s;
   };
   const status = (byte() << 8) | byte();
+  // Every header, and every item of a list, takes at least a byte: a count past the bytes
+  // left is a damaged value, refused before anything is allocated for it.
   const count = varint();
+  need(count);
   const headers: [string, string | string[]][] = [];
   for (let i = 0; i < count; i++) {
     const t = byte();
@@ -173,7 +176,11 @@ export function decodeCompact(buf: Buffer): StoredResponse {
     } else if (t === 0) name = chars(varint());
     else throw new TypeError('not a compact response: an unknown header form');
     const n = varint();
-    headers.push([name, n % 2 === 0 ? chars(n / 2) : Array.from({ length: (n - 1) / 2 }, () => chars(varint()))]);
+    if (n % 2 === 0) headers.push([name, chars(n / 2)]);
+    else {
+      need((n - 1) / 2);
+      headers.push([name, Array.from({ length: (n - 1) / 2 }, () => chars(varint()))]);
+    }
   }
   // fromEntries: a header named `__proto__` stays a header.
   return { status, headers: Object.fromEntries(headers), body: new Uint8Array(buf.buffer, buf.byteOffset + at, buf.length - at) };

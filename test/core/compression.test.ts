@@ -100,6 +100,18 @@ describe('compress option', () => {
     expect(() => decodeCompact(Buffer.from([0, 200, 1, 0xff]))).toThrow(/unknown header pair/);
     expect(() => decodeCompact(Buffer.from([0, 200, 1, 0x7f, 0]))).toThrow(/unknown header name/);
     expect(() => decodeCompact(Buffer.from([0, 200, 1, 0x01]))).toThrow(/unknown header form/);
+    // Counts past the bytes left (a damaged value) are refused before anything is allocated.
+    expect(() => decodeCompact(Buffer.from([0, 200, 0xff, 0xff, 0xff, 0xff, 0x0f]))).toThrow(/cut short/);
+    expect(() => decodeCompact(Buffer.from([0, 200, 1, 0x41, 0xff, 0xff, 0xff, 0xff, 0x0f]))).toThrow(/cut short/);
+    // Random bytes: a TypeError or a response, never another error or a hang.
+    for (let i = 0; i < 2000; i++) {
+      const bytes = randomBytes(1 + (i % 40));
+      try {
+        decodeCompact(bytes);
+      } catch (error) {
+        expect(error).toBeInstanceOf(TypeError);
+      }
+    }
   });
 
   it('reads the first compressed form (IKz1: the plain form inside) as well', () => {
