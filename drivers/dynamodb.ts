@@ -309,17 +309,23 @@ export function dynamodbStore(options: DynamoDBStoreOptions): IdempotencyStore {
   const call = async <T>(what: string, send: (signal: AbortSignal) => Promise<T>): Promise<T> => {
     if (closed) throw new Error('idempotency-kit: the DynamoDB store is closed');
     const deadline = Date.now() + timeoutMs;
+    const timedOut = `idempotency-kit: DynamoDB ${what} timed out after ${timeoutMs} ms`;
+    // What DynamoDB last answered that asked for a retry: when the time runs out during a
+    // later attempt, that is the cause to name, not only the clock.
+    let refused: unknown;
     for (let attempt = 0; ; attempt++) {
       const left = deadline - Date.now();
       const controller = new AbortController();
       try {
-        return await withTimeout(send(controller.signal), Math.max(1, left), `idempotency-kit: DynamoDB ${what} timed out after ${timeoutMs} ms`);
+        return await withTimeout(send(controller.signal), Math.max(1, left), timedOut);
       } catch (error) {
         controller.abort();
+        if (isRetryable(error)) refused = error;
         const pause = Math.min(25 * 2 ** attempt, 500) * (0.5 + Math.random() / 2);
         if (!isRetryable(error) || Date.now() + pause >= deadline) {
-          if (isRetryable(error)) {
-            throw new Error(`idempotency-kit: DynamoDB ${what} failed for ${timeoutMs} ms (${errorName(error)}); failing closed`, { cause: error });
+          const cause = isRetryable(error) ? error : error instanceof Error && error.message === timedOut ? refused : undefined;
+          if (cause !== undefined) {
+            throw new Error(`idempotency-kit: DynamoDB ${what} failed for ${timeoutMs} ms (${errorName(cause)}); failing closed`, { cause });
           }
           if (errorName(error) === 'ResourceNotFoundException') {
             throw new Error(

@@ -194,6 +194,29 @@ describe('dynamodb store specifics', () => {
     }
   });
 
+  it('S6/H16: when the time runs out during an attempt after DynamoDB throttled, the error still names the throttling', async () => {
+    const table = await server.table();
+    let puts = 0;
+    // The first PutItem is throttled; the retry is answered only after the bound has passed.
+    const throttling = await proxy(
+      (operation) => (operation === 'PutItem' && ++puts === 1 ? THROTTLED : undefined),
+      async (operation, _body, _status, text) => {
+        if (operation === 'PutItem') await new Promise((resolve) => setTimeout(resolve, 1500));
+        return text;
+      },
+    );
+    const store = dynamodbStore({ url: throttling.url(table), timeoutMs: 600, ...quiet });
+    try {
+      const started = Date.now();
+      await expect(store.claim('k', claimOf('t'), 5000)).rejects.toThrow(/DynamoDB PutItem failed for 600 ms \(ProvisionedThroughputExceededException\); failing closed/);
+      expect(Date.now() - started).toBeLessThan(1500);
+      expect(puts).toBe(2);
+    } finally {
+      await store.close();
+      await throttling.close();
+    }
+  });
+
   it('warns when the table is a global table (replicated to other regions) and when TTL is not enabled on `ttl`', async () => {
     const table = await server.table();
     const replicated = await proxy((operation) =>
