@@ -151,6 +151,8 @@ export function startServer(
   const threadsDir = options.cpuProfDir && loader ? mkdtempSync(path.join(options.cpuProfDir, '.threads-')) : undefined;
   if (options.cpuProfDir) {
     nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${threadsDir ?? options.cpuProfDir}`);
+    // V8 samples every 1,000 µs by default: too coarse to compare two layers a few µs apart.
+    if (process.env.BENCH_CPU_PROF_INTERVAL) nodeArgs.push(`--cpu-prof-interval=${process.env.BENCH_CPU_PROF_INTERVAL}`);
     if (profileName && !threadsDir) nodeArgs.push(`--cpu-prof-name=${profileName}`);
   }
   if (loader) nodeArgs.push('--import', './bench/nest10/register.mjs');

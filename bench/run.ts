@@ -20,6 +20,7 @@
  *   --write / --no-write write docs/benchmarks.md (generated part) and docs/benchmarks.svg
  *                        (default: write in full mode, not in quick mode)
  *   --cpu-prof           servers write V8 CPU profiles to bench/profiles/, named <adapter>_<layer>_<store>_<scenario>-<time>
+ *                        (BENCH_CPU_PROF_INTERVAL=µs samples more often than V8's default 1,000 µs)
  *   --heap-sample        servers sample every allocation over each measured run (V8's sampling heap profiler,
  *                        freed objects included): the log gives bytes allocated per request, and the profiles
  *                        go to bench/profiles/ as <case>-<time>.heapprofile (open them in Chrome DevTools)
