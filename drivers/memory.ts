@@ -9,6 +9,7 @@
  */
 import type {
   ClaimContext,
+  CompletedRecord,
   ClaimRequest,
   ClaimResult,
   IdempotencyRecord,
@@ -19,6 +20,7 @@ import type {
   StoreStats,
   StoredResponse,
 } from '../src/store.js';
+import { constants } from 'node:buffer';
 import { assertFunction, assertInteger } from '../src/validate.js';
 import { checkScanOptions, isLive, productionPolicy, refuseMemoryInProduction, type InProduction } from './utils.js';
 
@@ -77,10 +79,103 @@ function recordBytes(response: StoredResponse): number {
 function copyHeaders(headers: StoredResponse['headers']): StoredResponse['headers'] {
   const copy: StoredResponse['headers'] = {};
   for (const name in headers) {
-    const value = headers[name]!;
-    copy[name] = typeof value === 'string' ? value : [...value];
+    const raw = headers[name]!;
+    const value = typeof raw === 'string' ? raw : [...raw];
+    // `__proto__` is a valid header name: an own property, not the object's prototype.
+    if (name === '__proto__') Object.defineProperty(copy, name, { value, enumerable: true, writable: true, configurable: true });
+    else copy[name] = value;
   }
   return copy;
+}
+
+/**
+ * The records of one scope (see memoryStore): its completed records in completion order, as
+ * flat [key, record] pairs read from `head`, with their count and bytes.
+ */
+interface Partition {
+  queue: (string | Kept | undefined)[];
+  head: number;
+  count: number;
+  bytes: number;
+}
+
+/**
+ * Bodies up to this many bytes are kept packed (see PackedRecord); a larger one stays a
+ * record object with its bytes, where the bytes, not the objects, are what it costs.
+ */
+const PACKED_BODY_MAX = 64 * 1024;
+
+/**
+ * A completed record as the store keeps it by default: its expiry and counted bytes, and
+ * everything else in one string (a JSON head, a line end, then the body's bytes one char
+ * each). A store holding 100,000 records holds 100,000 of these and as many strings, where
+ * record objects would be ten or more heap objects each (the record, its response, headers,
+ * values, body, buffer): the garbage collector copies every young object that survives and
+ * marks every old one on each full collection, so fewer objects per record is less collector
+ * time on every request while the store is full. The first read builds the record object,
+ * and the record keeps it for the reads after (only records read again carry both).
+ */
+class PackedRecord {
+  constructor(
+    /** Its partition (a packed record needs no entry in the store's partition map). */
+    readonly partition: Partition,
+    readonly expiresAt: number,
+    /** What the record counts against `maxBytes` (recordBytes of its response). */
+    public bytes: number,
+    public text: string,
+  ) {}
+
+  /** The record object, once read: a key read once (a retry) is often read again. */
+  decoded: CompletedRecord | undefined = undefined;
+}
+
+/** What the map holds: a record object, or a completed record packed. */
+type Kept = IdempotencyRecord | PackedRecord;
+
+/** `response` packed, or undefined when its body is too large to pack. */
+function pack(
+  record: { fingerprint: string; token: string; createdAt: number },
+  partition: Partition,
+  expiresAt: number,
+  response: StoredResponse,
+  maxBody = PACKED_BODY_MAX,
+): PackedRecord | undefined {
+  const { body } = response;
+  if (body !== null && body.byteLength > maxBody) return undefined;
+  // JSON escapes every line end inside it: the first '\n' ends the head, whatever follows.
+  const head = JSON.stringify([record.createdAt, record.fingerprint, record.token, response.status, response.headers, body !== null]);
+  const text = body === null ? head : `${head}\n${Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('latin1')}`;
+  return new PackedRecord(partition, expiresAt, recordBytes(response), text);
+}
+
+/** The record a packed one holds, as a new object. */
+function unpack(packed: PackedRecord): CompletedRecord {
+  const { text } = packed;
+  const end = text.indexOf('\n');
+  const [createdAt, fingerprint, token, status, headers, hasBody] = JSON.parse(end === -1 ? text : text.slice(0, end)) as [
+    number,
+    string,
+    string,
+    number,
+    StoredResponse['headers'],
+    boolean,
+  ];
+  let body: Uint8Array | null = null;
+  if (hasBody) {
+    const bytes = Buffer.from(text.slice(end + 1), 'latin1');
+    body = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+  return { state: 'completed', fingerprint, token, createdAt, expiresAt: packed.expiresAt, response: { status, headers, body } };
+}
+
+/** Whether a kept record is still live at `now`. */
+function keptLive(kept: Kept, now: number): boolean {
+  return kept instanceof PackedRecord ? kept.expiresAt > now : isLive(kept, now);
+}
+
+/** The record object of a kept one. */
+function recordOf(kept: Kept): IdempotencyRecord {
+  return kept instanceof PackedRecord ? (kept.decoded ??= unpack(kept)) : kept;
 }
 
 /** Create an in-memory store. */
@@ -105,7 +200,10 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
   if (options.map !== undefined && (!(options.map instanceof Map) || options.map.size > 0)) {
     throw new TypeError('Expected `map` to be an empty Map');
   }
-  const records = options.map ?? new Map<string, IdempotencyRecord>();
+  // A Map the caller passes holds record objects (the caller reads them); the store's own
+  // keeps completed records packed.
+  const packs = options.map === undefined;
+  const records: Map<string, Kept> = options.map ?? new Map<string, Kept>();
   // Fair across scopes: every record belongs to its scope's partition (the engine passes a
   // hash of the scope with each claim; a caller that passes none puts its records in one
   // partition). Past a bound, the evicted record is the oldest completed one of the
@@ -116,12 +214,6 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
   // pair whose record was since deleted or replaced is stale and skipped; a queue is
   // compacted when stale pairs outnumber live ones. A record's bytes are computed again
   // from it when it goes.
-  interface Partition {
-    queue: (string | IdempotencyRecord | undefined)[];
-    head: number;
-    count: number;
-    bytes: number;
-  }
   const partitions = new Map<string, Partition>();
   const partitionOf = new Map<string, Partition>();
   let completedCount = 0;
@@ -131,10 +223,14 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     const record = records.get(key);
     if (record === undefined) return;
     records.delete(key);
-    const partition = partitionOf.get(key);
-    partitionOf.delete(key);
-    if (record.state === 'completed') {
-      const bytes = recordBytes(record.response);
+    let partition: Partition | undefined;
+    if (record instanceof PackedRecord) partition = record.partition;
+    else {
+      partition = partitionOf.get(key);
+      partitionOf.delete(key);
+    }
+    if (record instanceof PackedRecord || record.state === 'completed') {
+      const bytes = record instanceof PackedRecord ? record.bytes : recordBytes(record.response);
       completedCount--;
       completedBytes -= bytes;
       if (partition) {
@@ -167,12 +263,12 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     }
     return false;
   };
-  const enqueue = (partition: Partition, key: string, record: IdempotencyRecord): void => {
+  const enqueue = (partition: Partition, key: string, record: Kept): void => {
     partition.queue.push(key, record);
     const { queue, head } = partition;
     const pending = (queue.length - head) / 2;
     if (pending > 64 && pending > 2 * partition.count) {
-      const live: (string | IdempotencyRecord | undefined)[] = [];
+      const live: (string | Kept | undefined)[] = [];
       for (let i = head; i < queue.length; i += 2) {
         if (records.get(queue[i] as string) === queue[i + 1]) live.push(queue[i], queue[i + 1]);
       }
@@ -188,18 +284,23 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     if (partition === undefined) partitions.set(name, (partition = { queue: [], head: 0, count: 0, bytes: 0 }));
     return partition;
   };
-  /** Partitions left without a record (every key released or gone) are dropped. */
+  /**
+   * Partitions left without a record (every key released or gone) are dropped: those no
+   * record object names and that count no completed record (a packed record names its own).
+   * At most `partitionOf.size + completedCount` are in use, so a pass runs only when at least
+   * half can go.
+   */
   const dropEmpty = (): void => {
-    if (partitions.size <= 2 * (partitionOf.size + 1)) return;
+    if (partitions.size <= 2 * (partitionOf.size + completedCount + 1)) return;
     const used = new Set(partitionOf.values());
-    for (const [name, partition] of partitions) if (!used.has(partition)) partitions.delete(name);
+    for (const [name, partition] of partitions) if (partition.count === 0 && !used.has(partition)) partitions.delete(name);
   };
 
   const sweep = (): number => {
     const t = now();
     let deleted = 0;
     for (const [key, record] of records) {
-      if (!isLive(record, t)) {
+      if (!keptLive(record, t)) {
         forget(key);
         deleted++;
       }
@@ -219,17 +320,24 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     }
   };
 
-  const live = (key: string): IdempotencyRecord | undefined => {
+  /** The live record kept under `key` (as kept: packed or not); an expired one goes. */
+  const liveKept = (key: string): Kept | undefined => {
     const record = records.get(key);
     if (record === undefined) return undefined;
-    if (isLive(record, now())) return record;
+    if (keptLive(record, now())) return record;
     forget(key);
     return undefined;
   };
 
+  const live = (key: string): IdempotencyRecord | undefined => {
+    const record = liveKept(key);
+    return record === undefined ? undefined : recordOf(record);
+  };
+
+  /** The processing record under `key` if `token` holds it (never a packed one: that is completed). */
   const owned = (key: string, token: string) => {
-    const record = live(key);
-    return record?.state === 'processing' && record.token === token ? record : undefined;
+    const record = liveKept(key);
+    return record !== undefined && !(record instanceof PackedRecord) && record.state === 'processing' && record.token === token ? record : undefined;
   };
 
   // Every method is synchronous inside: nothing can interleave between read and write,
@@ -252,20 +360,22 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
     async complete(key: string, token: string, response: StoredResponse, ttlMs: number) {
       const record = owned(key, token);
       if (!record) return false;
-      const body = response.body === null ? null : new Uint8Array(response.body);
-      const done: IdempotencyRecord = {
+      const expiresAt = now() + ttlMs;
+      const partition = partitionOf.get(key) ?? partitionFor('');
+      const packed = packs ? pack(record, partition, expiresAt, response) : undefined;
+      const done: Kept = packed ?? {
         state: 'completed',
         fingerprint: record.fingerprint,
         token,
         createdAt: record.createdAt,
-        expiresAt: now() + ttlMs,
-        response: { status: response.status, headers: copyHeaders(response.headers), body },
+        expiresAt,
+        response: { status: response.status, headers: copyHeaders(response.headers), body: response.body === null ? null : new Uint8Array(response.body) },
       };
       records.set(key, done);
-      const partition = partitionOf.get(key) ?? partitionFor('');
-      partitionOf.set(key, partition);
+      if (packed === undefined) partitionOf.set(key, partition);
+      else partitionOf.delete(key);
       enqueue(partition, key, done);
-      const bytes = recordBytes(response);
+      const bytes = packed === undefined ? recordBytes(response) : packed.bytes;
       completedCount++;
       completedBytes += bytes;
       partition.count++;
@@ -301,9 +411,10 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
       const t = now();
       const stats: StoreStats = { processing: 0, completed: 0, expired: 0, oldestExpiresAt: undefined };
       for (const record of records.values()) {
-        const expiresAt = record.state === 'processing' ? record.leaseUntil : record.expiresAt;
+        const state = record instanceof PackedRecord ? 'completed' : record.state;
+        const expiresAt = record instanceof PackedRecord || record.state === 'completed' ? record.expiresAt : record.leaseUntil;
         if (expiresAt <= t) stats.expired++;
-        else stats[record.state]++;
+        else stats[state]++;
         if (stats.oldestExpiresAt === undefined || expiresAt < stats.oldestExpiresAt) stats.oldestExpiresAt = expiresAt;
       }
       options.onProgress?.(records.size);
@@ -320,28 +431,45 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
       // O(n log n) per page, fine for the sizes a memory store holds.
       const t = now();
       const keys: string[] = [];
-      for (const [key, record] of records) if ((cursor === undefined || key > cursor) && isLive(record, t)) keys.push(key);
+      for (const [key, record] of records) if ((cursor === undefined || key > cursor) && keptLive(record, t)) keys.push(key);
       keys.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
       const page = keys.slice(0, limit);
       return {
-        records: page.map((key) => ({ key, record: records.get(key)! })),
+        records: page.map((key) => ({ key, record: recordOf(records.get(key)!) })),
         cursor: keys.length > limit ? page.at(-1) : undefined,
       };
     },
     async replaceResponse(key: string, token: string, response: StoredResponse) {
-      const record = live(key);
-      if (record?.state !== 'completed' || record.token !== token) return false;
+      const kept = liveKept(key);
+      if (kept === undefined) return false;
+      const record = recordOf(kept);
+      if (record.state !== 'completed' || record.token !== token) return false;
       const replaced: StoredResponse = {
         status: response.status,
         headers: copyHeaders(response.headers),
         body: response.body === null ? null : new Uint8Array(response.body),
       };
-      // The same record object (the eviction queue knows the record by identity), with its
+      // The same kept object (the eviction queue knows the record by identity), with its
       // bytes counted anew.
       const delta = recordBytes(replaced) - recordBytes(record.response);
-      record.response = replaced;
+      let partition = partitionOf.get(key);
+      if (kept instanceof PackedRecord) {
+        partition = kept.partition;
+        // Packed whatever its size, so that it keeps its place in the eviction queue; only a
+        // body no string can hold becomes a record object, queued anew (then it is last to go).
+        const repacked = pack(record, partition, record.expiresAt, replaced, constants.MAX_STRING_LENGTH - 65_536);
+        if (repacked === undefined) {
+          const done: CompletedRecord = { ...record, response: replaced };
+          records.set(key, done);
+          partitionOf.set(key, partition);
+          enqueue(partition, key, done);
+        } else {
+          kept.text = repacked.text;
+          kept.bytes = repacked.bytes;
+          kept.decoded = undefined;
+        }
+      } else (kept as CompletedRecord).response = replaced;
       completedBytes += delta;
-      const partition = partitionOf.get(key);
       if (partition) partition.bytes += delta;
       while (completedBytes > maxBytes && completedCount > 1) evictOldestCompleted('bytes');
       return true;
