@@ -59,7 +59,9 @@ export interface MemoryStoreOptions {
   /** @deprecated Use `inProduction: 'allow'` for no warning; works until the next minor release. */
   warnInProduction?: boolean;
   /**
-   * Keep the records in this (empty) Map, e.g. `createStore(new Map())`. `close()` clears it.
+   * Keep the records in this (empty) Map, e.g. `createStore(new Map())`, as record objects
+   * you can read. Without it, the store keeps completed records packed (less heap, fewer
+   * objects for the garbage collector). `close()` clears it.
    * @default a new Map
    */
   map?: Map<string, IdempotencyRecord>;
