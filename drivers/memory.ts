@@ -214,8 +214,8 @@ export function memoryStore(options: MemoryStoreOptions = {}): IdempotencyStore 
   // tenant that holds less. Each partition keeps its completed records in completion order,
   // as flat [key, record] pairs in a queue read from `head`: the oldest goes in O(1). A
   // pair whose record was since deleted or replaced is stale and skipped; a queue is
-  // compacted when stale pairs outnumber live ones. A record's bytes are computed again
-  // from it when it goes.
+  // compacted when stale pairs outnumber live ones. When a record goes, its bytes are read
+  // from it (a packed record carries them; a record object's are computed again).
   const partitions = new Map<string, Partition>();
   const partitionOf = new Map<string, Partition>();
   let completedCount = 0;
